@@ -1,0 +1,293 @@
+//! `tierd demo`: the real initializer on an in-memory cluster from a messy start, narrated.
+//!
+//! The cluster starts with one Tier right, one with a drifted priority and description, one with
+//! a drifted description, three missing, and a user's Tier `team-a` squatting networkops'
+//! priority. The API fails some calls (503s, a 429 with `Retry-After`), and an administrator
+//! deletes the squatter after 1.5 s. Every API call and every state change is printed as it
+//! happens; the demo ends with the final table.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tier_core::{
+    DesiredSet, DriverConfig, Mode, Snapshot, Status, Stopped, TierSpec, TierState, TierWriter,
+    WriteError,
+};
+use tier_memory::{MemoryCluster, Verb, faults};
+use tokio::time::Instant;
+
+use crate::plan;
+
+/// The squatter's name.
+const SQUATTER: &str = "team-a";
+
+/// When the administrator deletes the squatter.
+const SQUATTER_REMOVED_AFTER: Duration = Duration::from_millis(1500);
+
+/// The longest the demo may take before it gives up.
+const DEMO_LIMIT: Duration = Duration::from_secs(30);
+
+/// What the demo achieved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DemoOutcome {
+    /// Whether every Tier converged.
+    pub converged: bool,
+    /// How long it took.
+    pub elapsed: Duration,
+    /// API writes made (creates and updates).
+    pub writes: usize,
+    /// Of those, how many failed.
+    pub failed_writes: usize,
+    /// The final Tiers, as stored.
+    pub final_tiers: Snapshot,
+}
+
+/// Prints timestamped lines to a shared sink; output errors (a closed pipe) are ignored.
+#[derive(Clone)]
+pub struct Narrator {
+    start: Instant,
+    sink: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl Narrator {
+    /// A narrator writing to `sink`, timing from now.
+    pub fn new(sink: Box<dyn Write + Send>) -> Self {
+        Self {
+            start: Instant::now(),
+            sink: Arc::new(Mutex::new(sink)),
+        }
+    }
+
+    /// Prints `text` after the time since the start.
+    pub fn line(&self, text: impl AsRef<str>) {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        self.raw(&format!("[+{elapsed:6.3}s] {}\n", text.as_ref()));
+    }
+
+    /// Prints `text` as is.
+    pub fn raw(&self, text: &str) {
+        let mut sink = self.sink.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = sink.write_all(text.as_bytes());
+        let _ = sink.flush();
+    }
+}
+
+/// A writer that narrates every call of the writer it wraps.
+struct Narrated<W> {
+    inner: W,
+    narrator: Narrator,
+}
+
+impl<W> Narrated<W> {
+    fn finish(&self, verb: &str, tier: &TierSpec, result: &Result<(), WriteError>) {
+        match result {
+            Ok(()) => self.narrator.line(format!("  api: {verb} {} -> ok", tier.name)),
+            Err(e) => self.narrator.line(format!(
+                "  api: {verb} {} -> {} error: {}",
+                tier.name, e.class, e.message
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl<W: TierWriter> TierWriter for Narrated<W> {
+    async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
+        let result = self.inner.create(tier).await;
+        self.finish("create", tier, &result);
+        result
+    }
+
+    async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
+        let result = self.inner.update(tier, resource_version).await;
+        self.finish("update", tier, &result);
+        result
+    }
+}
+
+/// The messy starting cluster and its scripted faults.
+fn messy_cluster() -> MemoryCluster {
+    let antrea = DesiredSet::antrea();
+    let desired = |name: &str| antrea.get(name).cloned();
+    let mut tiers: Vec<TierSpec> = Vec::new();
+    tiers.extend(desired("baseline"));
+    tiers.push(TierSpec::new("application", 240, "edited by hand"));
+    if let Some(platform) = desired("platform") {
+        tiers.push(TierSpec::new("platform", platform.priority, "old description"));
+    }
+    tiers.push(TierSpec::new(SQUATTER, 150, "a user's Tier at networkops' priority"));
+    let cluster = MemoryCluster::builder().with_tiers(tiers).build();
+    cluster
+        .faults()
+        .fail_next(Verb::Create, 2)
+        .for_name("securityops")
+        .with(faults::unavailable())
+        .fail_next(Verb::Update, 1)
+        .for_name("application")
+        .with(faults::too_many_requests(Duration::from_secs(1)));
+    cluster
+}
+
+/// Runs the demo, narrating to `narrator`.
+pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
+    let cluster = messy_cluster();
+    let desired = DesiredSet::antrea();
+    narrator.raw("tierd demo: the real initializer against an in-memory cluster.\n\n");
+    narrator.raw("The cluster at the start, and what tierd has to do:\n");
+    let start = Snapshot::synced(0, cluster.tiers().into_values());
+    narrator.raw(&indent(&plan::render(&plan::rows(&desired, &start))));
+    narrator.raw(&format!(
+        "\nAlso present: Tier {SQUATTER:?} at priority 150 (networkops' priority), which tierd \
+         must leave alone. The API will fail two creates of securityops (503) and one update of \
+         application (429, Retry-After 1s); an administrator deletes {SQUATTER:?} after {:.1}s.\n\n",
+        SQUATTER_REMOVED_AFTER.as_secs_f64()
+    ));
+
+    let writer = Narrated {
+        inner: cluster.clone(),
+        narrator: narrator.clone(),
+    };
+    let config = DriverConfig {
+        seed,
+        ..DriverConfig::default()
+    };
+    let ensurer = tier_runtime::spawn(cluster.lister(), writer, desired.clone(), config, Mode::Once);
+    let started = Instant::now();
+    let status = ensurer.status();
+
+    let narrate_states = tokio::spawn(narrate_states(status.clone(), narrator.clone()));
+    let admin = {
+        let (cluster, narrator) = (cluster.clone(), narrator.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(SQUATTER_REMOVED_AFTER).await;
+            narrator.line(format!("admin: deletes Tier {SQUATTER}"));
+            if let Err(e) = cluster.delete(SQUATTER) {
+                narrator.line(format!("admin: delete failed: {e}"));
+            }
+        })
+    };
+
+    let cancel = ensurer.cancellation();
+    let stopped = match tokio::time::timeout(DEMO_LIMIT, ensurer.join()).await {
+        Ok(stopped) => stopped,
+        Err(_) => {
+            cancel.cancel();
+            Stopped::Cancelled
+        }
+    };
+    let elapsed = started.elapsed();
+    admin.abort();
+    // The state narrator ends when the driver's status channel closes.
+    let _ = narrate_states.await;
+
+    let calls = cluster.calls();
+    let writes = calls.count(Verb::Create) + calls.count(Verb::Update);
+    let failed_writes = calls.failed(Verb::Create) + calls.failed(Verb::Update);
+    let final_tiers = Snapshot::synced(cluster.revision(), cluster.tiers().into_values());
+    let converged = stopped == Stopped::Converged;
+
+    narrator.raw("\nThe cluster at the end:\n");
+    narrator.raw(&indent(&plan::render(&plan::rows(&desired, &final_tiers))));
+    narrator.raw(&format!(
+        "\n{} in {:.2}s with {writes} API writes ({failed_writes} failed and were retried); \
+         {SQUATTER:?} was never written.\n",
+        if converged { "Converged" } else { "NOT converged" },
+        elapsed.as_secs_f64(),
+    ));
+    DemoOutcome {
+        converged,
+        elapsed,
+        writes,
+        failed_writes,
+        final_tiers,
+    }
+}
+
+/// Prints one line per Tier state change until the driver stops.
+async fn narrate_states(mut status: tier_core::StatusHandle, narrator: Narrator) {
+    let mut last: Vec<&'static str> = Vec::new();
+    loop {
+        let now: Status = status.current();
+        for (i, tier) in now.tiers.iter().enumerate() {
+            let label = tier.state.as_str();
+            if last.get(i) == Some(&label) {
+                continue;
+            }
+            let detail = match &tier.state {
+                TierState::Blocked { message, .. } => format!(": {message}"),
+                TierState::Retrying { attempt, error, .. } => {
+                    format!(" (attempt {attempt}): {error}")
+                }
+                _ => String::new(),
+            };
+            if !(label == "pending" && last.is_empty()) {
+                narrator.line(format!("tier {}: {label}{detail}", tier.name));
+            }
+        }
+        last = now.tiers.iter().map(|t| t.state.as_str()).collect();
+        if now.stopped || status.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use tier_core::Observed;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_demo_converges_and_narrates() {
+        let buffer = Buffer::default();
+        let outcome = run(1, &Narrator::new(Box::new(buffer.clone()))).await;
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert!(outcome.converged, "{text}");
+        assert!(
+            outcome.elapsed >= SQUATTER_REMOVED_AFTER && outcome.elapsed < Duration::from_secs(3),
+            "{:?}\n{text}",
+            outcome.elapsed
+        );
+        for tier in DesiredSet::antrea().tiers() {
+            let observed = outcome.final_tiers.observe(&tier.name);
+            let Observed::Present(o) = observed else {
+                panic!("{} missing\n{text}", tier.name);
+            };
+            assert_eq!((o.priority, &o.description), (tier.priority, &tier.description));
+        }
+        assert_eq!(outcome.final_tiers.observe(SQUATTER), tier_core::Observed::Absent);
+        assert!(text.contains("tier networkops: blocked: admission webhook"), "{text}");
+        assert!(text.contains("admin: deletes Tier team-a"), "{text}");
+        assert!(text.contains("Converged in"), "{text}");
+        // 2 updates of application (one 429), 1 of platform, 3 creates of securityops (two
+        // 503s), 1 of emergency, and N creates of networkops: denied until the squatter goes.
+        let n = text.matches("api: create networkops").count();
+        assert!(n >= 2, "{text}");
+        assert_eq!(outcome.writes, 7 + n, "{text}");
+        assert_eq!(outcome.failed_writes, 2 + n, "{text}");
+        for untouched in ["baseline", SQUATTER] {
+            assert!(!text.contains(&format!("create {untouched} ->")), "{text}");
+            assert!(!text.contains(&format!("update {untouched} ->")), "{text}");
+        }
+    }
+
+}

@@ -1,0 +1,53 @@
+//! The `tierd` binary's wiring: command line, commands and their plumbing. `main.rs` only calls
+//! [`main`]; everything worth a test lives here or in the library crates.
+//!
+//! - [`cli`]: the command line and exit codes.
+//! - [`tiers_file`]: the `--tiers` YAML format and its validation.
+//! - [`plan`]: the read-only plan table.
+//! - [`demo`]: `tierd demo` on the in-memory backend.
+//! - [`logging`]: the tracing subscriber.
+
+pub mod cli;
+pub mod demo;
+pub mod logging;
+pub mod plan;
+pub mod tiers_file;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command, exit};
+
+/// Parses the command line, runs the command and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("tierd: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::ERROR);
+        }
+    };
+    let code = runtime.block_on(run(cli));
+    ExitCode::from(code)
+}
+
+async fn run(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Demo(args) => {
+            logging::init(cli.log_format, "error");
+            let narrator = demo::Narrator::new(Box::new(std::io::stdout()));
+            let outcome = demo::run(args.seed, &narrator).await;
+            if outcome.converged { exit::OK } else { exit::ERROR }
+        }
+        Command::Run(_) | Command::Ensure(_) | Command::Plan(_) | Command::Crd => {
+            logging::init(cli.log_format, "info");
+            eprintln!("tierd: this command needs the Kubernetes adapter, which is not wired yet");
+            exit::ERROR
+        }
+    }
+}

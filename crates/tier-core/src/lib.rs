@@ -1,0 +1,37 @@
+//! The sans-I/O core of tierd.
+//!
+//! This crate is deterministic: it does no networking, reads no clock and knows no Kubernetes
+//! type. Time comes in as [`std::time::Instant`] values, randomness from a seed.
+//!
+//! - [`spec`]: the desired set of Tiers and its validation rules ([`DesiredSet::antrea`] is the
+//!   default).
+//! - [`observe`]: what a cache observed, and [`decide`], the pure decision for one Tier.
+//! - [`machine`]: [`TierMachine`], the per-Tier state machine (inputs, outputs, status).
+//! - [`ports`]: the async traits a backend implements: [`TierLister`], [`TierWriter`], [`Clock`].
+//! - [`driver`]: [`Driver`], which runs every machine concurrently against the ports.
+//! - [`status`]: the published [`Status`] and the "system Tiers initialized" signal.
+//! - [`admission`]: Antrea's Tier admission rules as a pure function, shared by every backend
+//!   that emulates the API server and by tierd's own webhook.
+
+pub mod admission;
+pub mod backoff;
+pub mod driver;
+pub mod error;
+pub mod machine;
+pub mod observe;
+pub mod ports;
+pub mod spec;
+pub mod status;
+
+pub use backoff::Backoff;
+pub use driver::{Driver, DriverConfig, Mode, Stopped};
+pub use error::{ErrorClass, WriteError};
+pub use machine::{
+    Action, FightPolicy, MachineConfig, OutcomeCounts, TierMachine, TierState, TierStatus,
+};
+pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
+pub use ports::{Clock, TierLister, TierWriter};
+#[cfg(any(test, feature = "mock"))]
+pub use ports::{MockTierLister, MockTierWriter};
+pub use spec::{DesiredSet, Rule, TierSpec, ValidationError, ValidationRules, Violation};
+pub use status::{DriverStopped, Status, StatusHandle};

@@ -1,0 +1,96 @@
+//! Runs the tierd core on tokio.
+//!
+//! - [`TokioClock`]: the [`Clock`] port on tokio's clock; virtual under
+//!   `#[tokio::test(start_paused = true)]`, so the same code is tested on virtual time.
+//! - [`spawn`]: starts a [`Driver`] as a task and returns an [`Ensurer`] handle with its status,
+//!   the "system Tiers initialized" signal and a prompt shutdown.
+//!
+//! ```no_run
+//! # async fn example(lister: impl tier_core::TierLister + 'static, writer: impl tier_core::TierWriter + 'static) {
+//! use tier_core::{DesiredSet, DriverConfig, Mode};
+//!
+//! let mut ensurer = tier_runtime::spawn(lister, writer, DesiredSet::antrea(), DriverConfig::default(), Mode::Continuous);
+//! ensurer.status().initialized().await.ok();
+//! ensurer.shutdown().await;
+//! # }
+//! ```
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+use tier_core::{
+    Clock, DesiredSet, Driver, DriverConfig, Mode, StatusHandle, Stopped, TierLister, TierWriter,
+};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The [`Clock`] port on tokio's clock (virtual when tokio's time is paused).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TokioClock;
+
+#[async_trait]
+impl Clock for TokioClock {
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+
+    async fn sleep_until(&self, deadline: Instant) {
+        tokio::time::sleep_until(deadline.into()).await;
+    }
+}
+
+/// A driver running as a tokio task.
+#[derive(Debug)]
+pub struct Ensurer {
+    status: StatusHandle,
+    cancel: CancellationToken,
+    task: JoinHandle<Stopped>,
+}
+
+/// Spawns a [`Driver`] for `desired` on the current tokio runtime, on [`TokioClock`].
+pub fn spawn<L, W>(
+    lister: L,
+    writer: W,
+    desired: DesiredSet,
+    config: DriverConfig,
+    mode: Mode,
+) -> Ensurer
+where
+    L: TierLister + 'static,
+    W: TierWriter + 'static,
+{
+    let driver = Driver::new(lister, writer, TokioClock, desired, config);
+    let status = driver.status();
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    let task = tokio::spawn(async move { driver.run(mode, stop.cancelled_owned()).await });
+    Ensurer {
+        status,
+        cancel,
+        task,
+    }
+}
+
+impl Ensurer {
+    /// A subscription to the driver's status.
+    pub fn status(&self) -> StatusHandle {
+        self.status.clone()
+    }
+
+    /// A token that stops the driver when cancelled (for wiring to signals).
+    pub fn cancellation(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Waits for the driver to stop by itself (converged, in [`Mode::Once`], or cancelled).
+    /// A driver task that panicked or was aborted counts as cancelled.
+    pub async fn join(self) -> Stopped {
+        self.task.await.unwrap_or(Stopped::Cancelled)
+    }
+
+    /// Stops the driver: no write starts after this call, and it returns once the task ended.
+    pub async fn shutdown(self) -> Stopped {
+        self.cancel.cancel();
+        self.join().await
+    }
+}
