@@ -46,16 +46,22 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the daemon: serve health, metrics and the Tier webhook at once, sync the Tier cache,
     /// ensure the system Tiers, then keep correcting drift until SIGTERM/SIGINT.
-    #[command(after_help = "Exit codes: 0 after a clean shutdown; 1 on a runtime error; 2 on invalid input.")]
+    #[command(
+        after_help = "Exit codes: 0 after a clean shutdown; 1 on a runtime error; 2 on invalid input."
+    )]
     Run(RunArgs),
     /// Ensure the system Tiers once and exit (for an init container or a Job).
-    #[command(after_help = "Exit codes: 0 when every Tier converged; 1 on a runtime error or when \
+    #[command(
+        after_help = "Exit codes: 0 when every Tier converged; 1 on a runtime error or when \
                             --timeout passed (every Tier still pending or blocked is named, with \
-                            why); 2 on invalid input.")]
+                            why); 2 on invalid input."
+    )]
     Ensure(EnsureArgs),
     /// Print what tierd would do (read-only: waits for the Tier cache, writes nothing).
-    #[command(after_help = "Exit codes: 0 when every Tier is in sync; 2 when changes are pending \
-                            (or on invalid input); 1 on error.")]
+    #[command(
+        after_help = "Exit codes: 0 when every Tier is in sync; 2 when changes are pending \
+                            (or on invalid input); 1 on error."
+    )]
     Plan(PlanArgs),
     /// Print the Tier CustomResourceDefinition as YAML.
     #[command(after_help = "Exit codes: 0 printed; 1 on error.")]
@@ -97,7 +103,12 @@ pub struct RunArgs {
     pub cluster: ClusterArgs,
 
     /// Address of the HTTP(S) server (health, metrics, webhook).
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8443", env = "TIERD_LISTEN")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8443",
+        env = "TIERD_LISTEN"
+    )]
     pub listen: SocketAddr,
 
     /// PEM certificate for TLS (reloaded when it changes); without it the server speaks HTTP.

@@ -83,7 +83,9 @@ struct Narrated<W> {
 impl<W> Narrated<W> {
     fn finish(&self, verb: &str, tier: &TierSpec, result: &Result<(), WriteError>) {
         match result {
-            Ok(()) => self.narrator.line(format!("  api: {verb} {} -> ok", tier.name)),
+            Ok(()) => self
+                .narrator
+                .line(format!("  api: {verb} {} -> ok", tier.name)),
             Err(e) => self.narrator.line(format!(
                 "  api: {verb} {} -> {} error: {}",
                 tier.name, e.class, e.message
@@ -115,9 +117,17 @@ fn messy_cluster() -> MemoryCluster {
     tiers.extend(desired("baseline"));
     tiers.push(TierSpec::new("application", 240, "edited by hand"));
     if let Some(platform) = desired("platform") {
-        tiers.push(TierSpec::new("platform", platform.priority, "old description"));
+        tiers.push(TierSpec::new(
+            "platform",
+            platform.priority,
+            "old description",
+        ));
     }
-    tiers.push(TierSpec::new(SQUATTER, 150, "a user's Tier at networkops' priority"));
+    tiers.push(TierSpec::new(
+        SQUATTER,
+        150,
+        "a user's Tier at networkops' priority",
+    ));
     let cluster = MemoryCluster::builder().with_tiers(tiers).build();
     cluster
         .faults()
@@ -153,7 +163,13 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
         seed,
         ..DriverConfig::default()
     };
-    let ensurer = tier_runtime::spawn(cluster.lister(), writer, desired.clone(), config, Mode::Once);
+    let ensurer = tier_runtime::spawn(
+        cluster.lister(),
+        writer,
+        desired.clone(),
+        config,
+        Mode::Once,
+    );
     let started = Instant::now();
     let status = ensurer.status();
 
@@ -193,7 +209,11 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     narrator.raw(&format!(
         "\n{} in {:.2}s with {writes} API writes ({failed_writes} failed and were retried); \
          {SQUATTER:?} was never written.\n",
-        if converged { "Converged" } else { "NOT converged" },
+        if converged {
+            "Converged"
+        } else {
+            "NOT converged"
+        },
         elapsed.as_secs_f64(),
     ));
     DemoOutcome {
@@ -272,10 +292,19 @@ mod tests {
             let Observed::Present(o) = observed else {
                 panic!("{} missing\n{text}", tier.name);
             };
-            assert_eq!((o.priority, &o.description), (tier.priority, &tier.description));
+            assert_eq!(
+                (o.priority, &o.description),
+                (tier.priority, &tier.description)
+            );
         }
-        assert_eq!(outcome.final_tiers.observe(SQUATTER), tier_core::Observed::Absent);
-        assert!(text.contains("tier networkops: blocked: admission webhook"), "{text}");
+        assert_eq!(
+            outcome.final_tiers.observe(SQUATTER),
+            tier_core::Observed::Absent
+        );
+        assert!(
+            text.contains("tier networkops: blocked: admission webhook"),
+            "{text}"
+        );
         assert!(text.contains("admin: deletes Tier team-a"), "{text}");
         assert!(text.contains("Converged in"), "{text}");
         // 2 updates of application (one 429), 1 of platform, 3 creates of securityops (two
@@ -289,5 +318,4 @@ mod tests {
             assert!(!text.contains(&format!("update {untouched} ->")), "{text}");
         }
     }
-
 }

@@ -2,15 +2,19 @@
 //! [`main`]; everything worth a test lives here or in the library crates.
 //!
 //! - [`cli`]: the command line and exit codes.
+//! - [`commands`]: `crd`, `plan`, `ensure`.
+//! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`tiers_file`]: the `--tiers` YAML format and its validation.
 //! - [`plan`]: the read-only plan table.
 //! - [`demo`]: `tierd demo` on the in-memory backend.
 //! - [`logging`]: the tracing subscriber.
 
 pub mod cli;
+pub mod commands;
 pub mod demo;
 pub mod logging;
 pub mod plan;
+pub mod signals;
 pub mod tiers_file;
 
 use std::process::ExitCode;
@@ -36,17 +40,41 @@ pub fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
+/// Prints a failed command's error and returns its exit code.
+fn report(result: Result<u8, commands::CommandError>) -> u8 {
+    result.unwrap_or_else(|error| {
+        eprintln!("tierd: {error}");
+        error.exit_code()
+    })
+}
+
 async fn run(cli: Cli) -> u8 {
     match cli.command {
         Command::Demo(args) => {
             logging::init(cli.log_format, "error");
             let narrator = demo::Narrator::new(Box::new(std::io::stdout()));
             let outcome = demo::run(args.seed, &narrator).await;
-            if outcome.converged { exit::OK } else { exit::ERROR }
+            if outcome.converged {
+                exit::OK
+            } else {
+                exit::ERROR
+            }
         }
-        Command::Run(_) | Command::Ensure(_) | Command::Plan(_) | Command::Crd => {
+        Command::Crd => report(commands::crd().map(|yaml| {
+            print!("{yaml}");
+            exit::OK
+        })),
+        Command::Plan(args) => {
+            logging::init(cli.log_format, "warn");
+            report(commands::plan(&args).await)
+        }
+        Command::Ensure(args) => {
             logging::init(cli.log_format, "info");
-            eprintln!("tierd: this command needs the Kubernetes adapter, which is not wired yet");
+            report(commands::ensure(&args).await.map(|()| exit::OK))
+        }
+        Command::Run(_) => {
+            logging::init(cli.log_format, "info");
+            eprintln!("tierd: run is not wired yet");
             exit::ERROR
         }
     }

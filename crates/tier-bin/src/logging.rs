@@ -7,7 +7,8 @@ use crate::cli::LogFormat;
 /// Installs the global subscriber; `default_filter` applies when `RUST_LOG` is unset or invalid.
 /// A second call is a no-op.
 pub fn init(format: LogFormat, default_filter: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

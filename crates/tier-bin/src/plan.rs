@@ -50,7 +50,11 @@ pub fn in_sync(rows: &[Row]) -> bool {
 pub fn render(rows: &[Row]) -> String {
     let mut out = String::new();
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
-    let _ = writeln!(out, "{:<width$}  {:>7}  {:>8}  ACTION", "NAME", "DESIRED", "OBSERVED");
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>7}  {:>8}  ACTION",
+        "NAME", "DESIRED", "OBSERVED"
+    );
     for row in rows {
         let observed = row
             .observed_priority
@@ -109,7 +113,10 @@ mod tests {
         assert_eq!(lines[0], "NAME         DESIRED  OBSERVED  ACTION");
         assert_eq!(lines[1], "baseline         253       253  none (in sync)");
         assert_eq!(lines[2], "application      250       240  update priority");
-        assert_eq!(lines[3], "platform         200       200  update description");
+        assert_eq!(
+            lines[3],
+            "platform         200       200  update description"
+        );
         assert_eq!(lines[6], "emergency         50         -  create");
     }
 }

@@ -78,9 +78,8 @@ pub fn load(path: &Path) -> Result<DesiredSet, TiersFileError> {
 
 /// Parses and validates a Tiers document; on failure returns every problem found.
 pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
-    let doc: Value = serde_yaml::from_str(text).map_err(|e| {
-        vec![problem("-", "document", format!("not valid YAML: {e}"))]
-    })?;
+    let doc: Value = serde_yaml::from_str(text)
+        .map_err(|e| vec![problem("-", "document", format!("not valid YAML: {e}"))])?;
     let Some(map) = doc.as_mapping() else {
         return Err(vec![problem(
             "-",
@@ -101,7 +100,11 @@ pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
     let entries = match map.get("tiers") {
         Some(Value::Sequence(entries)) if !entries.is_empty() => entries.as_slice(),
         Some(Value::Sequence(_)) => {
-            problems.push(problem("-", "tiers", "must list at least one Tier".to_owned()));
+            problems.push(problem(
+                "-",
+                "tiers",
+                "must list at least one Tier".to_owned(),
+            ));
             &[]
         }
         Some(_) => {
@@ -144,7 +147,10 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
         Some(_) => None,
         None => None,
     };
-    let label = name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("#{index}"));
+    let label = name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("#{index}"));
     let before = problems.len();
     match map.get("name") {
         Some(Value::String(_)) => {}
@@ -155,12 +161,20 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
         Some(Value::Number(n)) => match n.as_i64() {
             Some(p) => Some(p),
             None => {
-                problems.push(problem(&label, "priority", "must be a whole number between 0 and 255".to_owned()));
+                problems.push(problem(
+                    &label,
+                    "priority",
+                    "must be a whole number between 0 and 255".to_owned(),
+                ));
                 None
             }
         },
         Some(_) => {
-            problems.push(problem(&label, "priority", "must be a whole number between 0 and 255".to_owned()));
+            problems.push(problem(
+                &label,
+                "priority",
+                "must be a whole number between 0 and 255".to_owned(),
+            ));
             None
         }
         None => {
@@ -172,7 +186,11 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
         None | Some(Value::Null) => Some(String::new()),
         Some(Value::String(d)) => Some(d.clone()),
         Some(_) => {
-            problems.push(problem(&label, "description", "must be a string".to_owned()));
+            problems.push(problem(
+                &label,
+                "description",
+                "must be a string".to_owned(),
+            ));
             None
         }
     };
@@ -263,14 +281,23 @@ mod tests {
             ]
         );
         assert!(problems[1].rule.contains("reserved"), "{:?}", problems[1]);
-        assert!(problems[2].rule.contains("already used by tier \"Bad_Name\""), "{:?}", problems[2]);
+        assert!(
+            problems[2]
+                .rule
+                .contains("already used by tier \"Bad_Name\""),
+            "{:?}",
+            problems[2]
+        );
     }
 
     #[test]
     fn syntax_errors_and_wrong_shapes() {
         assert_eq!(parse("tiers: [").unwrap_err()[0].field, "document");
         assert_eq!(parse("- a").unwrap_err()[0].field, "document");
-        assert_eq!(parse("tiers: []").unwrap_err()[0].rule, "must list at least one Tier");
+        assert_eq!(
+            parse("tiers: []").unwrap_err()[0].rule,
+            "must list at least one Tier"
+        );
         assert_eq!(parse("{}").unwrap_err()[0].rule, "is required");
     }
 }
