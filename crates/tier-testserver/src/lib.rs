@@ -1,0 +1,77 @@
+//! An in-process Kubernetes API server for tests, serving Antrea's cluster-scoped Tier custom
+//! resource (`tiers.crd.antrea.io/v1beta1`) over plain HTTP on 127.0.0.1 to the real kube
+//! client.
+//!
+//! It is an independent peer of kube-rs (it knows no kube or k8s-openapi types and works on
+//! `serde_json::Value`) and follows kube-apiserver's protocol: list with paging and a list
+//! resourceVersion, chunked watches with bookmarks and 410 Expired, optimistic concurrency,
+//! `Status` errors with the reasons and codes kube-apiserver uses, CRD schema validation
+//! (422 with causes), and validating admission in kube-apiserver's order (validation,
+//! admission, storage for a create; resourceVersion check first for an update).
+//!
+//! Tests steer it at run time: admission modes ([`AdmissionMode`], including a real HTTPS
+//! webhook such as [`TestWebhook`]), [`Fault`]s per verb and name, [`drop_watches`],
+//! [`expire_next_watch`], and "other actor" writes through [`Store`]. Every request is
+//! recorded in a [`RequestLog`].
+//!
+//! Code map: `server` (listener, connections, [`TestApiServer`]), `api` (routing,
+//! authentication, faults, logging), `tiers` and `watch` (the Tier verbs), `store`
+//! (storage, resourceVersions, history), `tier` (the CRD schema), `antrea` (Antrea's system
+//! Tiers and webhook rules), `admission` (admission modes and the webhook client),
+//! `events`, `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
+//! `test_webhook`.
+//!
+//! ```no_run
+//! use tier_testserver::{AdmissionMode, Fault, ServerConfig, TestApiServer, Verb};
+//!
+//! # async fn example() -> Result<(), tier_testserver::Error> {
+//! let server = TestApiServer::start(
+//!     ServerConfig::default()
+//!         .user("controller-token", "system:serviceaccount:kube-system:antrea-controller")
+//!         .admission(AdmissionMode::BuiltinAntrea {
+//!             controller_user: "system:serviceaccount:kube-system:antrea-controller".into(),
+//!         }),
+//! )
+//! .await?;
+//! let kubeconfig = server.kubeconfig_yaml("system:serviceaccount:kube-system:antrea-controller", "test")?;
+//! // ... build a kube::Client from `kubeconfig` and run the code under test ...
+//! server.inject(Fault::lose_response(Verb::Create).named("baseline"));
+//! assert_eq!(server.requests().count(Verb::Create, Some("baseline")), 0);
+//! # let _ = kubeconfig;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`drop_watches`]: TestApiServer::drop_watches
+//! [`expire_next_watch`]: TestApiServer::expire_next_watch
+
+mod admission;
+pub mod antrea;
+mod api;
+mod config;
+mod discovery;
+mod error;
+mod events;
+mod faults;
+mod kubeconfig;
+mod log;
+mod patch;
+mod reply;
+mod selector;
+mod server;
+mod status;
+mod store;
+mod test_webhook;
+pub mod tier;
+mod tiers;
+mod util;
+mod watch;
+
+pub use config::{AdmissionMode, FailurePolicy, ServerConfig, WebhookConfig};
+pub use error::Error;
+pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
+pub use log::{Endpoint, RequestLog, RequestRecord};
+pub use server::TestApiServer;
+pub use status::{Cause, ResourceName, StatusError};
+pub use store::{EventsApi, Store};
+pub use test_webhook::{TestWebhook, WebhookBehaviour};

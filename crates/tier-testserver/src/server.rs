@@ -1,0 +1,350 @@
+//! The server: the loopback listener, per-connection tasks, and [`TestApiServer`], the
+//! handle tests use to steer and inspect it.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::admission::Admission;
+use crate::config::{AdmissionMode, ServerConfig};
+use crate::error::Error;
+use crate::faults::{Fault, FaultId, Faults, Verb};
+use crate::kubeconfig;
+use crate::log::{LogBook, RequestLog};
+use crate::reply::Outcome;
+use crate::store::Store;
+
+/// State shared by the handle and every connection task.
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) users: RwLock<BTreeMap<String, String>>,
+    pub(crate) admission: RwLock<Arc<Admission>>,
+    pub(crate) faults: Faults,
+    pub(crate) log: LogBook,
+    /// Bumped by `drop_watches`; every open watch ends when it changes.
+    pub(crate) watch_generation: watch::Sender<u64>,
+    /// How many upcoming watch requests get a 410 ERROR event.
+    pub(crate) expire_watches: AtomicUsize,
+    pub(crate) open_watches: AtomicUsize,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) config: ServerConfig,
+    pub(crate) addr: SocketAddr,
+}
+
+impl Shared {
+    /// The user owning bearer `token`.
+    pub(crate) fn user_for(&self, token: &str) -> Option<String> {
+        self.users
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(token)
+            .cloned()
+    }
+
+    pub(crate) fn admission(&self) -> Arc<Admission> {
+        Arc::clone(
+            &self
+                .admission
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+/// An in-process Kubernetes API server serving Antrea Tiers over plain HTTP on 127.0.0.1.
+///
+/// Start it inside a tokio runtime; it serves from spawned tasks until it is dropped or
+/// [`shutdown`](Self::shutdown). Point the real kube client at it with
+/// [`kubeconfig_yaml`](Self::kubeconfig_yaml). Steer it with
+/// [`set_admission`](Self::set_admission), [`inject`](Self::inject),
+/// [`drop_watches`](Self::drop_watches), [`expire_next_watch`](Self::expire_next_watch) and
+/// [`store`](Self::store); inspect it with [`requests`](Self::requests).
+pub struct TestApiServer {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for TestApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestApiServer")
+            .field("url", &self.url())
+            .field("store", &self.shared.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestApiServer {
+    /// Binds 127.0.0.1:0 and starts serving. Must be called inside a tokio runtime.
+    pub async fn start(config: ServerConfig) -> Result<Self, Error> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(Error::Bind)?;
+        let addr = listener.local_addr().map_err(Error::LocalAddr)?;
+        let admission = Admission::new(config.admission.clone())?;
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (watch_generation, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            store: Store::new(config.watch_window),
+            users: RwLock::new(config.users.clone()),
+            admission: RwLock::new(Arc::new(admission)),
+            faults: Faults::default(),
+            log: LogBook::default(),
+            watch_generation,
+            expire_watches: AtomicUsize::new(0),
+            open_watches: AtomicUsize::new(0),
+            shutdown: shutdown_rx,
+            config,
+            addr,
+        });
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        tracing::debug!(%addr, "test API server listening");
+        Ok(Self {
+            shared,
+            shutdown,
+            accept: Some(accept),
+        })
+    }
+
+    /// Base URL, `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// The storage, for reading state and for "other actor" writes that bypass admission.
+    pub fn store(&self) -> Store {
+        self.shared.store.clone()
+    }
+
+    /// Events recorded through the Events endpoints, oldest first.
+    pub fn events(&self) -> Vec<Value> {
+        self.shared.store.events()
+    }
+
+    /// Adds (or replaces) a user authenticated by bearer `token`.
+    pub fn add_user(&self, token: &str, name: &str) {
+        self.shared
+            .users
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(token.to_owned(), name.to_owned());
+    }
+
+    /// Switches the admission mode for requests that arrive from now on.
+    ///
+    /// Fails when a webhook mode's CA bundle is unusable (the mode is then unchanged).
+    pub fn set_admission(&self, mode: AdmissionMode) -> Result<(), Error> {
+        let admission = Arc::new(Admission::new(mode)?);
+        *self
+            .shared
+            .admission
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = admission;
+        Ok(())
+    }
+
+    /// The current admission mode.
+    pub fn admission(&self) -> AdmissionMode {
+        self.shared.admission().mode().clone()
+    }
+
+    /// Activates a fault; see [`Fault`].
+    pub fn inject(&self, fault: Fault) -> FaultId {
+        self.shared.faults.inject(fault)
+    }
+
+    /// Removes one fault; returns whether it was still active.
+    pub fn remove_fault(&self, id: FaultId) -> bool {
+        self.shared.faults.remove(id)
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        self.shared.faults.clear();
+    }
+
+    /// Number of faults with budget left.
+    pub fn active_faults(&self) -> usize {
+        self.shared.faults.active()
+    }
+
+    /// Ends every open watch stream now (a clean end of the chunked body, as when
+    /// kube-apiserver restarts gracefully).
+    pub fn drop_watches(&self) {
+        self.shared.watch_generation.send_modify(|g| *g += 1);
+    }
+
+    /// The next watch request gets an ERROR event with a 410 Expired Status and ends.
+    pub fn expire_next_watch(&self) {
+        self.shared.expire_watches.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Number of watch streams currently open.
+    pub fn open_watches(&self) -> usize {
+        self.shared.open_watches.load(Ordering::SeqCst)
+    }
+
+    /// A snapshot of the request log.
+    pub fn requests(&self) -> RequestLog {
+        self.shared.log.snapshot()
+    }
+
+    /// Empties the request log.
+    pub fn clear_log(&self) {
+        self.shared.log.clear();
+    }
+
+    /// Waits until `predicate` holds for the request log or `timeout` passes; returns
+    /// whether it held.
+    pub async fn wait_for_requests(
+        &self,
+        predicate: impl Fn(&RequestLog) -> bool,
+        timeout: Duration,
+    ) -> bool {
+        self.shared.log.wait_for(predicate, timeout).await
+    }
+
+    /// Waits until at least `n` Tier requests with `verb` (and `name`, when given) were
+    /// logged, or `timeout` passes; returns whether they were.
+    pub async fn wait_for_count(
+        &self,
+        verb: Verb,
+        name: Option<&str>,
+        n: usize,
+        timeout: Duration,
+    ) -> bool {
+        self.wait_for_requests(|log| log.count(verb, name) >= n, timeout)
+            .await
+    }
+
+    /// Waits until `open_watches() >= n` or `timeout` passes; returns whether it happened.
+    pub async fn wait_for_watches(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.open_watches() >= n {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A kubeconfig (YAML) for `user` with one cluster (this server, plain HTTP), one user
+    /// (its bearer token) and one context named `context_name`, selected as current.
+    pub fn kubeconfig_yaml(&self, user: &str, context_name: &str) -> Result<String, Error> {
+        let token = self.token_of(user)?;
+        Ok(kubeconfig::render(&self.url(), user, &token, context_name))
+    }
+
+    /// Writes [`kubeconfig_yaml`](Self::kubeconfig_yaml) for `user` (context `tier-testserver`)
+    /// to `path`.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>, user: &str) -> Result<(), Error> {
+        let path = path.as_ref();
+        let yaml = self.kubeconfig_yaml(user, "tier-testserver")?;
+        std::fs::write(path, yaml).map_err(|source| Error::WriteKubeconfig {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    fn token_of(&self, user: &str) -> Result<String, Error> {
+        self.shared
+            .users
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(_, name)| name.as_str() == user)
+            .map(|(token, _)| token.clone())
+            .ok_or_else(|| Error::UnknownUser(user.to_owned()))
+    }
+
+    /// Stops serving: closes the listener, every connection and every watch, and waits for
+    /// the listener task to end.
+    pub async fn shutdown(mut self) {
+        self.shutdown.send_replace(true);
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
+    }
+}
+
+impl Drop for TestApiServer {
+    fn drop(&mut self) {
+        self.shutdown.send_replace(true);
+        if let Some(accept) = self.accept.take() {
+            accept.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            () = crate::util::stopped(&mut shutdown) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(serve_connection(stream, Arc::clone(&shared)));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+        }
+    }
+}
+
+/// Serves one HTTP/1.1 connection until it closes, a fault kills it, or the server stops.
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.clone();
+    let kill = Arc::new(Notify::new());
+    let service = {
+        let kill = Arc::clone(&kill);
+        service_fn(move |request| {
+            let shared = Arc::clone(&shared);
+            let kill = Arc::clone(&kill);
+            async move {
+                match crate::api::handle(shared, request).await {
+                    Outcome::Respond(response) => Ok::<_, Infallible>(response),
+                    Outcome::Drop => {
+                        kill.notify_one();
+                        std::future::pending().await
+                    }
+                    Outcome::Hang => std::future::pending().await,
+                }
+            }
+        })
+    };
+    let connection = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        result = connection => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        }
+        () = kill.notified() => tracing::debug!("connection dropped by a fault"),
+        () = crate::util::stopped(&mut shutdown) => {}
+    }
+}

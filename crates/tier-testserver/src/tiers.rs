@@ -1,0 +1,483 @@
+//! The Tier verbs (list, get, create, update, patch, delete; watch lives in `watch`), each in
+//! kube-apiserver's order of checks: decoding, preconditions, schema validation, admission,
+//! storage.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+use serde_json::{Value, json};
+
+use crate::admission::AdmissionInput;
+use crate::antrea::Operation;
+use crate::faults::Verb;
+use crate::patch;
+use crate::reply::{self, ResponseBody};
+use crate::selector::Selector;
+use crate::server::Shared;
+use crate::status::{Cause, StatusError};
+use crate::store::{Preconditions, check_preconditions, parse_rv};
+use crate::tier::{self, API_VERSION, GROUP, LIST_KIND, PLURAL, TIERS};
+use crate::util::{
+    hex_decode, hex_encode, metadata_mut, object_name, object_rv, object_uid, random_suffix,
+};
+use crate::watch;
+
+/// A decoded Tier request.
+pub(crate) struct TierRequest<'a> {
+    pub(crate) user: &'a str,
+    pub(crate) query: &'a [(String, String)],
+    /// Media type of the body, lowercased, without parameters.
+    pub(crate) content_type: String,
+    pub(crate) body: Bytes,
+}
+
+impl TierRequest<'_> {
+    /// The last value of query parameter `key`.
+    pub(crate) fn param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn dry_run(&self) -> bool {
+        self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
+    }
+}
+
+/// Serves one Tier verb; failures become Status responses.
+pub(crate) async fn serve(
+    shared: &Arc<Shared>,
+    verb: Verb,
+    name: Option<&str>,
+    request: &TierRequest<'_>,
+) -> Response<ResponseBody> {
+    let result = match (verb, name) {
+        (Verb::List, _) => list(shared, request),
+        (Verb::Watch, name) => watch::start(shared, request, name),
+        (Verb::Create, _) => create(shared, request).await,
+        (Verb::Get, Some(name)) => get(shared, name),
+        (Verb::Update, Some(name)) => update(shared, name, request).await,
+        (Verb::Patch, Some(name)) => patch(shared, name, request).await,
+        (Verb::Delete, Some(name)) => delete(shared, name, request).await,
+        (_, None) => Err(StatusError::method_not_allowed("without a name")),
+    };
+    result.unwrap_or_else(|error| reply::status(&error))
+}
+
+fn get(shared: &Shared, name: &str) -> Result<Response<ResponseBody>, StatusError> {
+    let obj = shared
+        .store
+        .get(name)
+        .ok_or_else(|| StatusError::not_found(TIERS, name))?;
+    Ok(reply::json(200, &obj))
+}
+
+/// A continue token: the list's resourceVersion and the last name returned.
+fn encode_continue(rv: u64, last: &str) -> String {
+    hex_encode(
+        json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last})
+            .to_string()
+            .as_bytes(),
+    )
+}
+
+fn decode_continue(token: &str) -> Result<(u64, String), StatusError> {
+    let invalid = || {
+        StatusError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
+    };
+    let bytes = hex_decode(token).ok_or_else(invalid)?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+    let rv = value
+        .get("rv")
+        .and_then(Value::as_u64)
+        .ok_or_else(invalid)?;
+    let start = value
+        .get("start")
+        .and_then(Value::as_str)
+        .ok_or_else(invalid)?;
+    Ok((rv, start.to_owned()))
+}
+
+fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseBody>, StatusError> {
+    let selector = Selector::parse(
+        request.param("labelSelector").unwrap_or_default(),
+        request.param("fieldSelector").unwrap_or_default(),
+    )?;
+    let limit = match request.param("limit") {
+        None | Some("") => None,
+        Some(text) => Some(
+            text.parse::<i64>()
+                .map_err(|_| StatusError::bad_request(format!("limit: invalid value {text:?}")))?,
+        ),
+    }
+    .and_then(|l| usize::try_from(l).ok())
+    .filter(|l| *l > 0);
+    let (rv, items, after) = match request.param("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            let (rv, start) = decode_continue(token)?;
+            let (rv, items) = shared.store.snapshot(Some(rv)).map_err(|_| {
+                StatusError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+            })?;
+            (rv, items, Some(start))
+        }
+        None => {
+            let exact = request.param("resourceVersionMatch") == Some("Exact");
+            let at = match request.param("resourceVersion") {
+                Some(text) if exact && !text.is_empty() && text != "0" => {
+                    Some(parse_rv(text).ok_or_else(|| {
+                        StatusError::bad_request(format!("invalid resource version: {text}"))
+                    })?)
+                }
+                _ => None,
+            };
+            let (rv, items) = shared.store.snapshot(at)?;
+            (rv, items, None)
+        }
+    };
+    let matching: Vec<Value> = items
+        .into_iter()
+        .filter(|obj| {
+            after
+                .as_deref()
+                .is_none_or(|start| object_name(obj).unwrap_or_default() > start)
+        })
+        .filter(|obj| selector.matches(obj))
+        .collect();
+    let total = matching.len();
+    let page: Vec<Value> = match limit {
+        Some(limit) => matching.into_iter().take(limit).collect(),
+        None => matching,
+    };
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if page.len() < total {
+        let last = page.last().and_then(object_name).unwrap_or_default();
+        metadata["continue"] = json!(encode_continue(rv, last));
+        if selector.is_empty() {
+            metadata["remainingItemCount"] = json!(total - page.len());
+        }
+    }
+    Ok(reply::json(
+        200,
+        &json!({
+            "apiVersion": API_VERSION,
+            "kind": LIST_KIND,
+            "metadata": metadata,
+            "items": page,
+        }),
+    ))
+}
+
+const JSON_TYPES: &[&str] = &["application/json"];
+
+fn require_json(request: &TierRequest<'_>) -> Result<(), StatusError> {
+    if request.content_type == "application/json" {
+        Ok(())
+    } else {
+        Err(StatusError::unsupported_media_type(
+            &request.content_type,
+            JSON_TYPES,
+        ))
+    }
+}
+
+fn decode(body: &[u8]) -> Result<Value, StatusError> {
+    serde_json::from_slice(body).map_err(|e| {
+        StatusError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })
+}
+
+async fn create(
+    shared: &Shared,
+    request: &TierRequest<'_>,
+) -> Result<Response<ResponseBody>, StatusError> {
+    require_json(request)?;
+    let mut obj = decode(&request.body)?;
+    tier::check_type(&obj)?;
+    if object_name(&obj).is_none()
+        && let Some(prefix) = obj
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
+        && let Some(meta) = metadata_mut(&mut obj)
+    {
+        meta.insert(
+            "name".into(),
+            json!(format!("{prefix}{}", random_suffix(5))),
+        );
+    }
+    tier::prune(&mut obj);
+    tier::validate(&obj)?;
+    let name = object_name(&obj).unwrap_or_default().to_owned();
+    let dry_run = request.dry_run();
+    shared
+        .admission()
+        .review(
+            &shared.store,
+            AdmissionInput {
+                operation: Operation::Create,
+                name: &name,
+                user: request.user,
+                object: Some(&obj),
+                old_object: None,
+                dry_run,
+                options_kind: "CreateOptions",
+            },
+        )
+        .await?;
+    let stored = shared.store.commit_create(obj, dry_run)?;
+    Ok(reply::json(201, &stored))
+}
+
+fn name_mismatch(body_name: &str, url_name: &str) -> StatusError {
+    StatusError::bad_request(format!(
+        "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+    ))
+}
+
+fn uid_mismatch(obj: &Value, existing: &Value, name: &str) -> Result<(), StatusError> {
+    match object_uid(obj) {
+        Some(uid) if Some(uid) != object_uid(existing) => check_preconditions(
+            existing,
+            &Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            },
+            name,
+        ),
+        _ => Ok(()),
+    }
+}
+
+async fn update(
+    shared: &Shared,
+    name: &str,
+    request: &TierRequest<'_>,
+) -> Result<Response<ResponseBody>, StatusError> {
+    require_json(request)?;
+    let mut obj = decode(&request.body)?;
+    tier::check_type(&obj)?;
+    let body_name = object_name(&obj).unwrap_or_default();
+    if body_name != name {
+        return Err(name_mismatch(body_name, name));
+    }
+    let existing = shared
+        .store
+        .get(name)
+        .ok_or_else(|| StatusError::not_found(TIERS, name))?;
+    let Some(rv_text) = object_rv(&obj) else {
+        return Err(StatusError::invalid(
+            GROUP,
+            PLURAL,
+            name,
+            &[Cause::new(
+                "FieldValueInvalid",
+                "Invalid value: 0x0: must be specified for an update",
+                "metadata.resourceVersion",
+            )],
+        ));
+    };
+    let rv = parse_rv(rv_text)
+        .ok_or_else(|| StatusError::bad_request(format!("invalid resource version: {rv_text}")))?;
+    if object_rv(&existing).and_then(parse_rv) != Some(rv) {
+        return Err(StatusError::stale(TIERS, name));
+    }
+    uid_mismatch(&obj, &existing, name)?;
+    tier::prune(&mut obj);
+    tier::validate(&obj)?;
+    let dry_run = request.dry_run();
+    shared
+        .admission()
+        .review(
+            &shared.store,
+            AdmissionInput {
+                operation: Operation::Update,
+                name,
+                user: request.user,
+                object: Some(&obj),
+                old_object: Some(&existing),
+                dry_run,
+                options_kind: "UpdateOptions",
+            },
+        )
+        .await?;
+    let stored = shared.store.commit_update(name, obj, Some(rv), dry_run)?;
+    Ok(reply::json(200, &stored))
+}
+
+/// How many times a patch without a resourceVersion is re-applied after a concurrent write.
+const PATCH_ATTEMPTS: usize = 5;
+
+enum PatchKind {
+    Merge,
+    Json,
+}
+
+async fn patch(
+    shared: &Shared,
+    name: &str,
+    request: &TierRequest<'_>,
+) -> Result<Response<ResponseBody>, StatusError> {
+    const ACCEPTED: &[&str] = &[
+        "application/json-patch+json",
+        "application/merge-patch+json",
+    ];
+    let kind = match request.content_type.as_str() {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/json-patch+json" => PatchKind::Json,
+        "application/apply-patch+yaml" => {
+            return Err(StatusError::new(
+                415,
+                "UnsupportedMediaType",
+                "server-side apply (application/apply-patch+yaml) is not emulated by tier-testserver",
+            ));
+        }
+        other => return Err(StatusError::unsupported_media_type(other, ACCEPTED)),
+    };
+    let patch_doc = decode(&request.body)?;
+    let pins_rv = match kind {
+        PatchKind::Merge => patch_doc.pointer("/metadata/resourceVersion").is_some(),
+        PatchKind::Json => patch_doc.as_array().is_some_and(|ops| {
+            ops.iter().any(|op| {
+                op.get("path").and_then(Value::as_str) == Some("/metadata/resourceVersion")
+            })
+        }),
+    };
+    let dry_run = request.dry_run();
+    let mut last_conflict = StatusError::stale(TIERS, name);
+    for _ in 0..PATCH_ATTEMPTS {
+        let existing = shared
+            .store
+            .get(name)
+            .ok_or_else(|| StatusError::not_found(TIERS, name))?;
+        let existing_rv = object_rv(&existing).and_then(parse_rv);
+        let mut patched = match kind {
+            PatchKind::Merge => {
+                let mut target = existing.clone();
+                patch::merge_patch(&mut target, &patch_doc);
+                target
+            }
+            PatchKind::Json => patch::json_patch(&existing, &patch_doc).map_err(|e| {
+                StatusError::invalid(
+                    "",
+                    "",
+                    "",
+                    &[Cause::new(
+                        "FieldValueInvalid",
+                        format!("Invalid value: {patch_doc}: {e}"),
+                        "patch",
+                    )],
+                )
+            })?,
+        };
+        tier::check_type(&patched)?;
+        let patched_name = object_name(&patched).unwrap_or_default();
+        if patched_name != name {
+            return Err(name_mismatch(patched_name, name));
+        }
+        uid_mismatch(&patched, &existing, name)?;
+        if pins_rv && object_rv(&patched).and_then(parse_rv) != existing_rv {
+            return Err(StatusError::stale(TIERS, name));
+        }
+        tier::prune(&mut patched);
+        tier::validate(&patched)?;
+        shared
+            .admission()
+            .review(
+                &shared.store,
+                AdmissionInput {
+                    operation: Operation::Update,
+                    name,
+                    user: request.user,
+                    object: Some(&patched),
+                    old_object: Some(&existing),
+                    dry_run,
+                    options_kind: "PatchOptions",
+                },
+            )
+            .await?;
+        match shared
+            .store
+            .commit_update(name, patched, existing_rv, dry_run)
+        {
+            Ok(stored) => return Ok(reply::json(200, &stored)),
+            Err(conflict) if conflict.reason == "Conflict" && !pins_rv => {
+                last_conflict = conflict;
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Err(last_conflict)
+}
+
+async fn delete(
+    shared: &Shared,
+    name: &str,
+    request: &TierRequest<'_>,
+) -> Result<Response<ResponseBody>, StatusError> {
+    let mut preconditions = Preconditions::default();
+    let mut dry_run = request.dry_run();
+    if !request.body.iter().all(u8::is_ascii_whitespace) {
+        let options = decode(&request.body)?;
+        if !options.is_object() {
+            return Err(StatusError::bad_request(
+                "DeleteOptions must be a JSON object",
+            ));
+        }
+        let text = |pointer: &str| {
+            options
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        preconditions.uid = text("/preconditions/uid");
+        preconditions.resource_version = text("/preconditions/resourceVersion");
+        dry_run |= options
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+    }
+    let existing = shared
+        .store
+        .get(name)
+        .ok_or_else(|| StatusError::not_found(TIERS, name))?;
+    check_preconditions(&existing, &preconditions, name)?;
+    shared
+        .admission()
+        .review(
+            &shared.store,
+            AdmissionInput {
+                operation: Operation::Delete,
+                name,
+                user: request.user,
+                object: None,
+                old_object: Some(&existing),
+                dry_run,
+                options_kind: "DeleteOptions",
+            },
+        )
+        .await?;
+    let (obj, gone) = shared.store.commit_delete(name, &preconditions, dry_run)?;
+    Ok(reply::json(if gone { 200 } else { 202 }, &obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let token = encode_continue(42, "baseline");
+        assert_eq!(
+            decode_continue(&token).unwrap(),
+            (42, "baseline".to_owned())
+        );
+        assert_eq!(decode_continue("zz").unwrap_err().code, 400);
+        assert_eq!(decode_continue(&hex_encode(b"{}")).unwrap_err().code, 400);
+    }
+}

@@ -1,0 +1,224 @@
+//! Tier watches: a chunked stream of one JSON event per line (ADDED, MODIFIED, DELETED,
+//! BOOKMARK, ERROR), fed by the store's change channel, ended by `timeoutSeconds`,
+//! [`drop_watches`](crate::TestApiServer::drop_watches) or server shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval};
+
+use crate::reply::{self, ResponseBody};
+use crate::selector::Selector;
+use crate::server::Shared;
+use crate::status::StatusError;
+use crate::store::{Change, ChangeType, Subscription, parse_rv};
+use crate::tier::{API_VERSION, KIND};
+use crate::tiers::TierRequest;
+
+/// Chunks buffered between the watch task and the connection.
+const STREAM_BUFFER: usize = 256;
+
+struct WatchParams {
+    selector: Selector,
+    bookmarks: bool,
+    initial_events: bool,
+    timeout: Duration,
+}
+
+/// Starts a watch (`name` restricts it to one Tier, for the `/watch/tiers/{name}` form).
+///
+/// A resourceVersion older than the retained history, or an armed
+/// [`expire_next_watch`](crate::TestApiServer::expire_next_watch), yields a 200 stream
+/// holding one ERROR event with a 410 Expired Status, as kube-apiserver's watch cache does.
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+    request: &TierRequest<'_>,
+    name: Option<&str>,
+) -> Result<Response<ResponseBody>, StatusError> {
+    let mut field_selector = request
+        .param("fieldSelector")
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(name) = name {
+        if !field_selector.is_empty() {
+            field_selector.push(',');
+        }
+        field_selector.push_str(&format!("metadata.name={name}"));
+    }
+    let selector = Selector::parse(
+        request.param("labelSelector").unwrap_or_default(),
+        &field_selector,
+    )?;
+    let from = match request.param("resourceVersion") {
+        None | Some("" | "0") => None,
+        Some(text) => Some(parse_rv(text).ok_or_else(|| {
+            StatusError::bad_request(format!("invalid resource version: {text}"))
+        })?),
+    };
+    let params = WatchParams {
+        selector,
+        bookmarks: request.param("allowWatchBookmarks") == Some("true"),
+        initial_events: request.param("sendInitialEvents") == Some("true"),
+        timeout: request
+            .param("timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+            .filter(|t| *t > 0)
+            .map_or(shared.config.default_watch_timeout, Duration::from_secs),
+    };
+    let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+    let expired = shared
+        .expire_watches
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    let subscription = if expired {
+        let rv = shared.store.resource_version();
+        Err(StatusError::expired(format!(
+            "too old resource version: {} ({})",
+            from.unwrap_or(rv),
+            rv + 1
+        )))
+    } else {
+        shared.store.subscribe(from, params.initial_events)
+    };
+    match subscription {
+        Ok(subscription) => {
+            tokio::spawn(run(Arc::clone(shared), subscription, params, sender));
+        }
+        Err(error) => {
+            // The channel is empty, so this cannot fail for lack of room; dropping the
+            // sender then ends the stream after the event.
+            let _ = sender.try_send(line("ERROR", &error.to_status()));
+        }
+    }
+    Ok(reply::stream(receiver))
+}
+
+/// Counts a watch as open while alive.
+struct OpenWatch<'a>(&'a AtomicUsize);
+
+impl<'a> OpenWatch<'a> {
+    fn new(counter: &'a AtomicUsize) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Self(counter)
+    }
+}
+
+impl Drop for OpenWatch<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    subscription: Subscription,
+    params: WatchParams,
+    sender: mpsc::Sender<Bytes>,
+) {
+    let _open = OpenWatch::new(&shared.open_watches);
+    let mut generation = shared.watch_generation.subscribe();
+    generation.mark_unchanged();
+    let mut shutdown = shared.shutdown.clone();
+    let Subscription {
+        initial,
+        mut receiver,
+        rv,
+    } = subscription;
+    for change in &initial {
+        if !send_change(&sender, change, &params.selector).await {
+            return;
+        }
+    }
+    if params.initial_events && sender.send(bookmark(rv, true)).await.is_err() {
+        return;
+    }
+    let deadline = tokio::time::sleep(params.timeout);
+    tokio::pin!(deadline);
+    let mut ticker = params
+        .bookmarks
+        .then_some(shared.config.bookmark_interval)
+        .flatten()
+        .map(|every| tokio::time::interval_at(Instant::now() + every, every));
+    loop {
+        tokio::select! {
+            () = &mut deadline => break,
+            _ = generation.changed() => break,
+            () = crate::util::stopped(&mut shutdown) => break,
+            () = sender.closed() => break,
+            () = tick(&mut ticker) => {
+                let Ok((rv, pending)) = shared.store.sync_point(&mut receiver) else {
+                    break;
+                };
+                for change in &pending {
+                    if !send_change(&sender, change, &params.selector).await {
+                        return;
+                    }
+                }
+                if sender.send(bookmark(rv, false)).await.is_err() {
+                    return;
+                }
+            }
+            received = receiver.recv() => match received {
+                Ok(change) => {
+                    if !send_change(&sender, &change, &params.selector).await {
+                        return;
+                    }
+                }
+                // Lagged too far behind or the store is gone: end the stream; the client
+                // re-watches from its last resourceVersion.
+                Err(_) => break,
+            },
+        }
+    }
+}
+
+async fn tick(ticker: &mut Option<Interval>) {
+    match ticker {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Sends `change` as the client sees it through `selector`; false when the client is gone.
+async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, selector: &Selector) -> bool {
+    let now = selector.matches(&change.object);
+    let before = change.old.as_ref().is_some_and(|old| selector.matches(old));
+    let kind = match (change.kind, before, now) {
+        (ChangeType::Modified, true, false) => ChangeType::Deleted,
+        (ChangeType::Modified, false, true) => ChangeType::Added,
+        (ChangeType::Modified | ChangeType::Deleted, false, false)
+        | (ChangeType::Added, _, false) => {
+            return true;
+        }
+        (kind, _, _) => kind,
+    };
+    sender
+        .send(line(kind.as_str(), &change.object))
+        .await
+        .is_ok()
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut text = json!({"type": kind, "object": object}).to_string();
+    text.push('\n');
+    Bytes::from(text)
+}
+
+/// A BOOKMARK at `rv`; `initial_end` marks the end of `sendInitialEvents`.
+fn bookmark(rv: u64, initial_end: bool) -> Bytes {
+    let mut metadata = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    line(
+        "BOOKMARK",
+        &json!({"kind": KIND, "apiVersion": API_VERSION, "metadata": metadata}),
+    )
+}
