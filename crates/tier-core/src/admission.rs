@@ -100,7 +100,9 @@ pub fn review<'a>(
                 return Err(Denial(format!("maximum number of Tiers supported: {max}")));
             }
             if policy.rules.reserved_priorities.contains(&priority) {
-                return Err(Denial(format!("tier {name} priority {priority} is reserved")));
+                return Err(Denial(format!(
+                    "tier {name} priority {priority} is reserved"
+                )));
             }
             if overlaps {
                 return Err(Denial(format!(

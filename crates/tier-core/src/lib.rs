@@ -28,10 +28,11 @@ pub use driver::{Driver, DriverConfig, Mode, Stopped};
 pub use error::{ErrorClass, WriteError};
 pub use machine::{
     Action, FightPolicy, MachineConfig, OutcomeCounts, TierMachine, TierState, TierStatus,
+    WriteKind,
 };
 pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
 pub use ports::{Clock, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};
 pub use spec::{DesiredSet, Rule, TierSpec, ValidationError, ValidationRules, Violation};
-pub use status::{DriverStopped, Status, StatusHandle};
+pub use status::{DriverStopped, Status, StatusHandle, TierEvent, events};

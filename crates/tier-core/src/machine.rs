@@ -108,7 +108,24 @@ pub enum Action {
     },
 }
 
+/// The kind of a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WriteKind {
+    /// A create.
+    Create,
+    /// An update.
+    Update,
+}
+
 impl Action {
+    /// Whether the action creates or updates.
+    pub fn kind(&self) -> WriteKind {
+        match self {
+            Action::Create(_) => WriteKind::Create,
+            Action::Update { .. } => WriteKind::Update,
+        }
+    }
+
     /// The desired Tier the action writes.
     pub fn tier(&self) -> &TierSpec {
         match self {
@@ -207,6 +224,8 @@ pub struct TierStatus {
     pub contested: bool,
     /// When the Tier first converged, if it has.
     pub converged_at: Option<Instant>,
+    /// The kind of the last successful write, if any.
+    pub last_write: Option<WriteKind>,
 }
 
 /// A fingerprint of one Tier's observation: its resourceVersion, or `None` when absent.
@@ -233,6 +252,7 @@ enum Phase {
     InFlight {
         basis: Fingerprint,
         generation: Generation,
+        kind: WriteKind,
     },
     AwaitEcho {
         basis: Fingerprint,
@@ -268,6 +288,7 @@ pub struct TierMachine {
     corrections: u64,
     outcomes: OutcomeCounts,
     converged_at: Option<Instant>,
+    last_write: Option<WriteKind>,
 }
 
 impl TierMachine {
@@ -290,6 +311,7 @@ impl TierMachine {
             corrections: 0,
             outcomes: OutcomeCounts::default(),
             converged_at: None,
+            last_write: None,
         }
     }
 
@@ -327,12 +349,18 @@ impl TierMachine {
     /// Input: the outcome of the call from the last [`poll_action`](Self::poll_action).
     /// An outcome without a call in flight is ignored.
     pub fn handle_outcome(&mut self, outcome: Result<(), WriteError>, now: Instant) {
-        let Phase::InFlight { basis, generation } = self.phase.clone() else {
+        let Phase::InFlight {
+            basis,
+            generation,
+            kind,
+        } = self.phase.clone()
+        else {
             return;
         };
         match outcome {
             Ok(()) => {
                 self.outcomes.ok += 1;
+                self.last_write = Some(kind);
                 self.attempt = 0;
                 self.last_error = None;
                 self.blocked_since = None;
@@ -426,6 +454,7 @@ impl TierMachine {
         self.phase = Phase::InFlight {
             basis: self.fingerprint(),
             generation: self.generation,
+            kind: action.kind(),
         };
         Some(action)
     }
@@ -468,6 +497,7 @@ impl TierMachine {
             corrections: self.corrections,
             contested: self.contest_level >= self.config.fight.threshold,
             converged_at: self.converged_at,
+            last_write: self.last_write,
         }
     }
 

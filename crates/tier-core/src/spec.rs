@@ -118,7 +118,10 @@ impl fmt::Display for Rule {
                 write!(f, "priority is already used by tier {holder:?}")
             }
             Rule::TooManyPriorities { count, max } => {
-                write!(f, "{count} distinct priorities, at most {max} are supported")
+                write!(
+                    f,
+                    "{count} distinct priorities, at most {max} are supported"
+                )
             }
         }
     }
