@@ -98,13 +98,13 @@ pub fn events(before: &Status, after: &Status) -> Vec<TierEvent> {
             });
         }
         let was_blocked = prev.is_some_and(|p| matches!(p.state, TierState::Blocked { .. }));
-        if let TierState::Blocked { message, .. } = &next.state {
-            if !was_blocked {
-                out.push(TierEvent::Blocked {
-                    tier: tier(),
-                    message: message.clone(),
-                });
-            }
+        if let TierState::Blocked { message, .. } = &next.state
+            && !was_blocked
+        {
+            out.push(TierEvent::Blocked {
+                tier: tier(),
+                message: message.clone(),
+            });
         }
         if next.contested && !prev.is_some_and(|p| p.contested) {
             out.push(TierEvent::Contested {
