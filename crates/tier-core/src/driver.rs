@@ -112,7 +112,7 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
 
     /// A subscription to the driver's status; take it before [`run`](Self::run).
     pub fn status(&self) -> StatusHandle {
-        StatusHandle::new(self.status.subscribe())
+        StatusHandle::from(self.status.subscribe())
     }
 
     /// Runs until every Tier converged ([`Mode::Once`]) or until `shutdown` resolves.
@@ -134,8 +134,8 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
         } = self;
         let mut shutdown = pin!(shutdown.fuse());
         let mut machines = machines(&desired, &config);
-        let mut published = Published::new(&status);
-        published.publish(&machines, false, 0, false);
+        let mut published = Published::new(&status, clock.now());
+        published.publish(&machines, false, 0, clock.now());
 
         futures::select_biased! {
             () = shutdown => return published.stop(Stopped::Cancelled),
@@ -151,7 +151,7 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
                     inflight.push(perform(&writer, &clock, config.call_timeout, index, action));
                 }
             }
-            published.publish(&machines, true, generation, false);
+            published.publish(&machines, true, generation, now);
             if mode == Mode::Once
                 && inflight.is_empty()
                 && machines.iter().all(|m| m.is_converged())
@@ -238,15 +238,17 @@ async fn perform<W: TierWriter, C: Clock>(
 /// Publishes statuses and logs one line per state change (not per retry).
 struct Published<'a> {
     tx: &'a watch::Sender<Status>,
-    initialized: bool,
+    started_at: Instant,
+    initialized_at: Option<Instant>,
     last: Vec<TierStatus>,
 }
 
 impl<'a> Published<'a> {
-    fn new(tx: &'a watch::Sender<Status>) -> Self {
+    fn new(tx: &'a watch::Sender<Status>, started_at: Instant) -> Self {
         Self {
             tx,
-            initialized: false,
+            started_at,
+            initialized_at: None,
             last: Vec::new(),
         }
     }
@@ -256,26 +258,33 @@ impl<'a> Published<'a> {
         machines: &[TierMachine],
         synced: bool,
         generation: Generation,
-        stopped: bool,
+        now: Instant,
     ) {
         let tiers: Vec<TierStatus> = machines.iter().map(TierMachine::status).collect();
-        for (i, now) in tiers.iter().enumerate() {
+        for (i, tier) in tiers.iter().enumerate() {
             let before = self.last.get(i).map(|s| s.state.as_str());
-            if before != Some(now.state.as_str()) {
-                log_state_change(now);
+            if before != Some(tier.state.as_str()) {
+                log_state_change(tier);
             }
         }
         let mut status = Status {
             synced,
-            initialized: self.initialized,
+            initialized: self.initialized_at.is_some(),
             generation,
             tiers,
-            stopped,
+            stopped: false,
+            started_at: Some(self.started_at),
+            initialized_at: self.initialized_at,
         };
-        if !self.initialized && status.all_converged() {
-            self.initialized = true;
+        if self.initialized_at.is_none() && status.all_converged() {
+            self.initialized_at = Some(now);
             status.initialized = true;
-            tracing::info!(tiers = status.tiers.len(), "system Tiers initialized");
+            status.initialized_at = Some(now);
+            tracing::info!(
+                tiers = status.tiers.len(),
+                seconds = now.saturating_duration_since(self.started_at).as_secs_f64(),
+                "system Tiers initialized"
+            );
         }
         self.last.clone_from(&status.tiers);
         self.tx.send_if_modified(|current| {

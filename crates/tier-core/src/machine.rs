@@ -177,6 +177,10 @@ pub enum TierState {
 }
 
 impl TierState {
+    /// Every label [`as_str`](Self::as_str) can return.
+    pub const LABELS: [&'static str; 5] =
+        ["pending", "converged", "retrying", "blocked", "contested"];
+
     /// A short lowercase label, stable for metrics and logs.
     pub fn as_str(&self) -> &'static str {
         match self {

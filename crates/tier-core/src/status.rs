@@ -1,5 +1,7 @@
 //! The published status of a driver: what readiness checks, metrics and logs subscribe to.
 
+use std::time::Instant;
+
 use tokio::sync::watch;
 
 use crate::machine::{TierState, TierStatus, WriteKind};
@@ -19,9 +21,21 @@ pub struct Status {
     pub tiers: Vec<TierStatus>,
     /// Whether the driver has stopped (converged in `once` mode, or cancelled).
     pub stopped: bool,
+    /// When the driver started running, on its clock.
+    pub started_at: Option<Instant>,
+    /// When `initialized` became true, on the driver's clock.
+    pub initialized_at: Option<Instant>,
 }
 
 impl Status {
+    /// How long the driver took from its start to "initialized", once it has.
+    pub fn time_to_initialized(&self) -> Option<std::time::Duration> {
+        Some(
+            self.initialized_at?
+                .saturating_duration_since(self.started_at?),
+        )
+    }
+
     /// Whether the cache is synced and every desired Tier is converged right now.
     pub fn all_converged(&self) -> bool {
         self.synced && self.tiers.iter().all(|t| t.state == TierState::Converged)
@@ -198,11 +212,14 @@ pub struct StatusHandle {
     rx: watch::Receiver<Status>,
 }
 
-impl StatusHandle {
-    pub(crate) fn new(rx: watch::Receiver<Status>) -> Self {
+impl From<watch::Receiver<Status>> for StatusHandle {
+    /// A handle on any status channel (a driver's, or a test's).
+    fn from(rx: watch::Receiver<Status>) -> Self {
         Self { rx }
     }
+}
 
+impl StatusHandle {
     /// The latest status.
     pub fn current(&self) -> Status {
         self.rx.borrow().clone()

@@ -324,3 +324,28 @@ fn a_busy_tier_set_cannot_make_a_blocked_tier_spin() {
     assert_eq!(m.poll_timeout(), Some(t0 + 250 * MS));
     assert_eq!(m.poll_action(t0 + 250 * MS), Some(Action::Create(spec())));
 }
+
+#[test]
+fn state_labels_are_listed() {
+    let t0 = Instant::now();
+    let states = [
+        TierState::Pending,
+        TierState::Converged,
+        TierState::Retrying {
+            attempt: 1,
+            class: ErrorClass::Stale,
+            error: String::new(),
+        },
+        TierState::Blocked {
+            since: t0,
+            attempt: 1,
+            message: String::new(),
+        },
+        TierState::Contested {
+            corrections: 1,
+            until: t0,
+        },
+    ];
+    let labels: Vec<&str> = states.iter().map(TierState::as_str).collect();
+    assert_eq!(labels, TierState::LABELS);
+}

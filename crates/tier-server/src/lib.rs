@@ -1,0 +1,63 @@
+//! The HTTP side of tierd: health and readiness endpoints, Prometheus metrics, the Tier
+//! validating webhook and TLS with certificate reload. The `tierd` binary only wires it.
+//!
+//! - [`readiness`]: the readiness gate, a registry of named [`Check`]s. Every handler declares
+//!   the checks it depends on and answers 503 until they pass; nothing waits for "all caches".
+//! - [`health`]: `/livez`, `/readyz`, `/readyz/{name}` with kube-apiserver's output format.
+//! - [`metrics`]: `/metrics`, read from the latest [`tier_core::Status`] at scrape time.
+//! - [`webhook`]: `POST /validate/tier`, Antrea's Tier admission rules
+//!   ([`tier_core::admission::review`]) against the Tier cache.
+//! - [`tls`]: a rustls certificate resolver that reloads its PEM files when they change, and a
+//!   TLS listener for axum.
+//! - [`server`]: [`Routes`] assembles the router, [`Server`] serves it (TLS or plain) until a
+//!   shutdown future resolves.
+//!
+//! # Architecture invariants
+//!
+//! - The server starts serving at once, before any cache has synced: a handler that needs a
+//!   cache declares it (e.g. [`Webhook::REQUIRES`]) and answers "not ready" until the check
+//!   passes, instead of the whole server waiting (Antrea's first dependency loop).
+//! - `/readyz` does not include `system-tiers` by default: creating a Tier may need this very
+//!   webhook, which kube-apiserver reaches only through Ready pods (the second loop; see
+//!   [`health`]).
+//! - No background task updates metrics or checks: both read the latest status when asked.
+//!
+//! ```no_run
+//! # async fn example(
+//! #     status: tier_core::StatusHandle,
+//! #     lister: std::sync::Arc<dyn tier_core::TierLister>,
+//! # ) -> Result<(), tier_server::server::ServeError> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use tier_core::admission::AdmissionPolicy;
+//! use tier_server::{Readiness, Routes, Server, Shutdown, Webhook, metrics};
+//!
+//! let shutdown = Shutdown::new();
+//! let readiness = Readiness::standard(status.clone(), &shutdown);
+//! let mut registry = prometheus_client::registry::Registry::default();
+//! metrics::register(&mut registry, status);
+//! let policy = AdmissionPolicy::antrea("system:serviceaccount:kube-system:tierd");
+//! let router = Routes::new(readiness.clone())
+//!     .metrics(Arc::new(registry))
+//!     .webhook(Webhook::new(lister, policy, &readiness))
+//!     .into_router();
+//! let listener = tier_server::server::bind(([0, 0, 0, 0], 8443).into()).await?;
+//! Server::new(router)
+//!     .serve(listener, shutdown.drained(Duration::from_secs(5)))
+//!     .await
+//! # }
+//! ```
+
+pub mod health;
+pub mod metrics;
+pub mod readiness;
+pub mod server;
+pub mod tls;
+pub mod webhook;
+
+pub use health::HealthConfig;
+pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
+pub use server::{Routes, ServeError, Server};
+pub use tls::{CertFiles, CertReloader, TlsError, TlsListener};
+pub use webhook::Webhook;

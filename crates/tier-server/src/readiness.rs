@@ -1,0 +1,669 @@
+//! The readiness gate: a registry of named checks that handlers declare they depend on.
+//!
+//! A [`Check`] reports [`CheckState::Ok`] or [`CheckState::Failed`] with a reason whenever it is
+//! asked; nothing runs in the background. A [`Readiness`] registry maps names to checks. Each
+//! handler declares the checks it needs, either as a layer ([`Readiness::require`], answering
+//! 503 with the failed checks) or in-band ([`Readiness::gate`], for handlers that must answer in
+//! their own format, like the webhook). A handler therefore never reads a cache that is not
+//! ready, and the server itself never waits for anything before it starts serving.
+//!
+//! The standard checks:
+//!
+//! | name | passes when | from |
+//! |---|---|---|
+//! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (`Status.synced`) or [`ListerSynced`] |
+//! | [`SYSTEM_TIERS`] | every system Tier has converged **once** (latched) | [`SystemTiers`] (`Status.initialized`) |
+//! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
+//!
+//! `system-tiers` is latched ("initialized once"), like kube-apiserver's post-start hooks: a
+//! Tier that drifts later is corrected by the driver and shows in the metrics
+//! (`tierd_tier_state`, `tierd_tiers_blocked`), not as a readiness flap that would take the
+//! webhook out of its Service while the correction may need it. Until it passes, its reason names
+//! every Tier that is not converged, with the server's message for a blocked one.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use tier_server::readiness::{CheckState, Readiness, Shutdown, SHUTDOWN};
+//!
+//! let shutdown = Shutdown::new();
+//! let (synced, cache) = tokio::sync::watch::channel(CheckState::failed("not listed yet"));
+//! let readiness = Readiness::new();
+//! readiness.register("tier-cache-synced", cache);
+//! readiness.register(SHUTDOWN, shutdown.check());
+//!
+//! // This route answers 503 until the cache check passes.
+//! let router: Router = Router::new()
+//!     .route("/tiers", get(|| async { "..." }))
+//!     .route_layer(readiness.require(&["tier-cache-synced"]));
+//! assert!(readiness.gate(&["tier-cache-synced"]).check().is_err());
+//! synced.send_replace(CheckState::Ok);
+//! assert!(readiness.gate(&["tier-cache-synced"]).check().is_ok());
+//! # let _ = router;
+//! ```
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tier_core::{Status, StatusHandle, TierLister, TierState, TierStatus};
+use tokio::sync::watch;
+
+/// The check that passes once the Tier cache has completed its first list.
+pub const TIER_CACHE_SYNCED: &str = "tier-cache-synced";
+/// The check that passes once every system Tier has converged at least once.
+pub const SYSTEM_TIERS: &str = "system-tiers";
+/// The check that fails as soon as shutdown starts.
+pub const SHUTDOWN: &str = "shutdown";
+
+/// The state of one check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckState {
+    /// The check passes.
+    Ok,
+    /// The check fails, for this reason (one line, meant for a person).
+    Failed(String),
+}
+
+impl CheckState {
+    /// A failed state with `reason`.
+    pub fn failed(reason: impl Into<String>) -> Self {
+        CheckState::Failed(reason.into())
+    }
+
+    /// Whether the check passes.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, CheckState::Ok)
+    }
+}
+
+/// A named condition a handler may depend on. Evaluated on every request that needs it, so it
+/// must be cheap and must not block.
+pub trait Check: Send + Sync + 'static {
+    /// The current state.
+    fn state(&self) -> CheckState;
+}
+
+/// A check fed by a watch channel: its latest value.
+impl Check for watch::Receiver<CheckState> {
+    fn state(&self) -> CheckState {
+        self.borrow().clone()
+    }
+}
+
+/// A check computed by a closure; see [`from_fn`].
+#[derive(Clone, Copy, Debug)]
+pub struct FnCheck<F>(F);
+
+/// A check computed by `f` whenever it is asked.
+pub fn from_fn<F: Fn() -> CheckState + Send + Sync + 'static>(f: F) -> FnCheck<F> {
+    FnCheck(f)
+}
+
+impl<F: Fn() -> CheckState + Send + Sync + 'static> Check for FnCheck<F> {
+    fn state(&self) -> CheckState {
+        (self.0)()
+    }
+}
+
+/// Where the latest driver [`Status`] comes from: a [`StatusHandle`], or a watch receiver (for
+/// tests and for code that publishes a status by hand).
+pub trait StatusSource: fmt::Debug + Send + Sync + 'static {
+    /// The latest status.
+    fn current(&self) -> Status;
+}
+
+impl StatusSource for StatusHandle {
+    fn current(&self) -> Status {
+        StatusHandle::current(self)
+    }
+}
+
+impl StatusSource for watch::Receiver<Status> {
+    fn current(&self) -> Status {
+        self.borrow().clone()
+    }
+}
+
+impl<S: StatusSource> StatusSource for Arc<S> {
+    fn current(&self) -> Status {
+        S::current(self)
+    }
+}
+
+/// [`TIER_CACHE_SYNCED`] from a driver status: passes once `Status.synced`.
+#[derive(Clone, Debug)]
+pub struct CacheSynced<S>(pub S);
+
+impl<S: StatusSource> Check for CacheSynced<S> {
+    fn state(&self) -> CheckState {
+        if self.0.current().synced {
+            CheckState::Ok
+        } else {
+            CheckState::failed("the Tier cache has not completed its first list")
+        }
+    }
+}
+
+/// [`TIER_CACHE_SYNCED`] from a Tier lister: passes once its snapshot is synced. Use it instead
+/// of [`CacheSynced`] when the webhook reads another cache than the driver's.
+#[derive(Clone)]
+pub struct ListerSynced(pub Arc<dyn TierLister>);
+
+impl fmt::Debug for ListerSynced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ListerSynced").finish_non_exhaustive()
+    }
+}
+
+impl Check for ListerSynced {
+    fn state(&self) -> CheckState {
+        if self.0.snapshot().is_synced() {
+            CheckState::Ok
+        } else {
+            CheckState::failed("the Tier cache has not completed its first list")
+        }
+    }
+}
+
+/// [`SYSTEM_TIERS`] from a driver status: passes once `Status.initialized` (latched). See the
+/// [module docs](self) for why it is latched.
+#[derive(Clone, Debug)]
+pub struct SystemTiers<S>(pub S);
+
+impl<S: StatusSource> Check for SystemTiers<S> {
+    fn state(&self) -> CheckState {
+        system_tiers_state(&self.0.current())
+    }
+}
+
+/// The [`SYSTEM_TIERS`] state of `status`: ok once initialized, else a reason naming every Tier
+/// that is not converged (with the server's message for a blocked one).
+pub fn system_tiers_state(status: &Status) -> CheckState {
+    if status.initialized {
+        return CheckState::Ok;
+    }
+    if status.stopped {
+        return CheckState::failed(
+            "the Tier driver stopped before the system Tiers were initialized",
+        );
+    }
+    if !status.synced {
+        return CheckState::failed("the Tier cache has not completed its first list");
+    }
+    let waiting: Vec<String> = status.unconverged().map(describe).collect();
+    if waiting.is_empty() {
+        return CheckState::failed("waiting for the Tier driver to publish its first status");
+    }
+    CheckState::Failed(format!(
+        "system Tiers not initialized: {}",
+        waiting.join("; ")
+    ))
+}
+
+fn describe(tier: &TierStatus) -> String {
+    let name = &tier.name;
+    match &tier.state {
+        TierState::Pending => format!("{name} pending"),
+        TierState::Converged => format!("{name} converged"),
+        TierState::Retrying {
+            attempt,
+            class,
+            error,
+        } => format!(
+            "{name} retrying after {} ({class}): {error}",
+            attempts(*attempt, "failed attempt")
+        ),
+        TierState::Blocked {
+            attempt, message, ..
+        } => format!(
+            "{name} blocked after {}: {message}",
+            attempts(*attempt, "attempt")
+        ),
+        TierState::Contested { corrections, .. } => {
+            format!("{name} contested ({corrections} corrections in a row)")
+        }
+    }
+}
+
+fn attempts(n: u32, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// The shutdown signal: [`trigger`](Self::trigger) it first thing on SIGTERM, so that the
+/// [`SHUTDOWN`] check fails at once and kube-proxy stops sending traffic while the server
+/// drains. Cheap to clone; all clones share one signal.
+#[derive(Clone, Debug)]
+pub struct Shutdown {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Shutdown {
+    /// A signal that has not fired.
+    pub fn new() -> Self {
+        Self {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Starts shutdown. Idempotent.
+    pub fn trigger(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// Whether shutdown has started.
+    pub fn is_triggered(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Resolves once shutdown has started.
+    pub async fn triggered(&self) {
+        let mut rx = self.tx.subscribe();
+        // The sender lives in `self`, so waiting cannot fail.
+        let _ = rx.wait_for(|triggered| *triggered).await;
+    }
+
+    /// Resolves `delay` after shutdown has started: the graceful-shutdown future for
+    /// [`Server::serve`](crate::Server::serve), leaving time for the endpoints to drop this pod
+    /// (kube-apiserver's `--shutdown-delay-duration`).
+    pub fn drained(&self, delay: Duration) -> impl Future<Output = ()> + Send + 'static {
+        let this = self.clone();
+        async move {
+            this.triggered().await;
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// The [`SHUTDOWN`] check: fails with "shutting down" once triggered.
+    pub fn check(&self) -> ShutdownCheck {
+        ShutdownCheck(self.tx.subscribe())
+    }
+}
+
+/// The [`SHUTDOWN`] check; see [`Shutdown::check`].
+#[derive(Debug)]
+pub struct ShutdownCheck(watch::Receiver<bool>);
+
+impl Check for ShutdownCheck {
+    fn state(&self) -> CheckState {
+        if *self.0.borrow() {
+            CheckState::failed("shutting down")
+        } else {
+            CheckState::Ok
+        }
+    }
+}
+
+/// One evaluated check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckResult {
+    /// The check's name.
+    pub name: String,
+    /// Its state when evaluated.
+    pub state: CheckState,
+}
+
+type Entries = Vec<(String, Arc<dyn Check>)>;
+
+/// The registry of named checks. Cheap to clone; all clones share one registry, so a check
+/// registered later is seen by gates created earlier.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    entries: Arc<RwLock<Entries>>,
+}
+
+impl fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Readiness")
+            .field("checks", &self.names())
+            .finish()
+    }
+}
+
+impl Readiness {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] and [`SYSTEM_TIERS`]
+    /// from `status`, and [`SHUTDOWN`] from `shutdown`.
+    pub fn standard<S: StatusSource + Clone>(status: S, shutdown: &Shutdown) -> Self {
+        let readiness = Self::new();
+        readiness
+            .register(TIER_CACHE_SYNCED, CacheSynced(status.clone()))
+            .register(SYSTEM_TIERS, SystemTiers(status))
+            .register(SHUTDOWN, shutdown.check());
+        readiness
+    }
+
+    /// Registers `check` as `name`. A check registered under an existing name replaces it, in
+    /// place (the listing order stays the order of first registration).
+    pub fn register(&self, name: impl Into<String>, check: impl Check) -> &Self {
+        let name = name.into();
+        let check: Arc<dyn Check> = Arc::new(check);
+        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
+        match entries.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = check,
+            None => entries.push((name, check)),
+        }
+        self
+    }
+
+    /// The names of the registered checks, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.snapshot().into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// Whether a check called `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.find(name).is_some()
+    }
+
+    /// The state of the check `name`, or `None` if no such check is registered.
+    pub fn state(&self, name: &str) -> Option<CheckState> {
+        self.find(name).map(|check| check.state())
+    }
+
+    /// Evaluates the checks `names`, in that order. A name that is not registered fails
+    /// ("fail closed"), so a typo in a handler's declaration cannot open it early.
+    pub fn evaluate<N: AsRef<str>>(&self, names: &[N]) -> Vec<CheckResult> {
+        names
+            .iter()
+            .map(|name| self.result(name.as_ref()))
+            .collect()
+    }
+
+    /// Evaluates the check `name`; an unregistered name fails (see [`evaluate`](Self::evaluate)).
+    pub fn result(&self, name: &str) -> CheckResult {
+        let state = self
+            .state(name)
+            .unwrap_or_else(|| CheckState::failed("no check of this name is registered"));
+        CheckResult {
+            name: name.to_owned(),
+            state,
+        }
+    }
+
+    /// A gate over the checks `names`: what a handler holds to declare its dependencies.
+    pub fn gate(&self, names: &[&str]) -> Gate {
+        Gate {
+            readiness: self.clone(),
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+        }
+    }
+
+    /// A layer answering 503 (with the failed checks) until every check in `names` passes; use
+    /// it with [`axum::Router::route_layer`] on the routes that need them.
+    pub fn require(&self, names: &[&str]) -> Require {
+        Require {
+            gate: self.gate(names),
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<Arc<dyn Check>> {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, check)| Arc::clone(check))
+    }
+
+    fn snapshot(&self) -> Entries {
+        self.entries
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The checks one handler depends on; see [`Readiness::gate`].
+#[derive(Clone, Debug)]
+pub struct Gate {
+    readiness: Readiness,
+    names: Arc<[String]>,
+}
+
+impl Gate {
+    /// The declared checks.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// `Ok` when every declared check passes.
+    ///
+    /// # Errors
+    ///
+    /// [`NotReady`] listing every failed check. Retryable: ask again later.
+    pub fn check(&self) -> Result<(), NotReady> {
+        let failed: Vec<CheckResult> = self
+            .readiness
+            .evaluate(&self.names)
+            .into_iter()
+            .filter(|r| !r.state.is_ok())
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(NotReady { failed })
+        }
+    }
+}
+
+/// Some checks a handler depends on fail. As a response: 503 with `Retry-After: 1` and one
+/// `[-]name failed: reason` line per failed check.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not ready: {}", summary(&self.failed))]
+pub struct NotReady {
+    /// The failed checks.
+    pub failed: Vec<CheckResult>,
+}
+
+fn summary(failed: &[CheckResult]) -> String {
+    failed
+        .iter()
+        .map(|r| match &r.state {
+            CheckState::Ok => format!("{} ok", r.name),
+            CheckState::Failed(reason) => format!("{} failed: {}", r.name, one_line(reason)),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `reason` on one line, so a listing keeps one line per check.
+pub(crate) fn one_line(reason: &str) -> String {
+    reason.replace(['\r', '\n'], " ")
+}
+
+impl IntoResponse for NotReady {
+    fn into_response(self) -> Response {
+        let mut body = String::from("service unavailable until these checks pass; retry shortly\n");
+        for r in &self.failed {
+            if let CheckState::Failed(reason) = &r.state {
+                body.push_str(&format!("[-]{} failed: {}\n", r.name, one_line(reason)));
+            }
+        }
+        let mut response = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        response
+    }
+}
+
+/// A tower layer gating a service on a [`Gate`]; see [`Readiness::require`].
+#[derive(Clone, Debug)]
+pub struct Require {
+    gate: Gate,
+}
+
+impl<S> tower_layer::Layer<S> for Require {
+    type Service = RequireService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequireService {
+            gate: self.gate.clone(),
+            inner,
+        }
+    }
+}
+
+/// The service made by [`Require`].
+#[derive(Clone, Debug)]
+pub struct RequireService<S> {
+    gate: Gate,
+    inner: S,
+}
+
+impl<S> tower_service::Service<Request> for RequireService<S>
+where
+    S: tower_service::Service<Request, Response = Response, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        match self.gate.check() {
+            Ok(()) => Box::pin(self.inner.call(request)),
+            Err(not_ready) => {
+                tracing::debug!(path = %request.uri().path(), %not_ready, "request refused");
+                Box::pin(std::future::ready(Ok(not_ready.into_response())))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use tier_core::{ErrorClass, OutcomeCounts};
+
+    use super::*;
+
+    fn tier(name: &str, state: TierState) -> TierStatus {
+        TierStatus {
+            name: name.into(),
+            state,
+            outcomes: OutcomeCounts::default(),
+            corrections: 0,
+            contested: false,
+            converged_at: None,
+            last_write: None,
+        }
+    }
+
+    #[test]
+    fn system_tiers_names_every_waiting_tier() {
+        let status = Status {
+            synced: true,
+            tiers: vec![
+                tier(
+                    "baseline",
+                    TierState::Blocked {
+                        since: Instant::now(),
+                        attempt: 4,
+                        message: "tier baseline priority 253 overlaps with existing Tier".into(),
+                    },
+                ),
+                tier("application", TierState::Converged),
+                tier("platform", TierState::Pending),
+                tier(
+                    "networkops",
+                    TierState::Retrying {
+                        attempt: 2,
+                        class: ErrorClass::Transient,
+                        error: "connection refused".into(),
+                    },
+                ),
+            ],
+            ..Status::default()
+        };
+        assert_eq!(
+            system_tiers_state(&status),
+            CheckState::failed(
+                "system Tiers not initialized: baseline blocked after 4 attempts: tier baseline \
+                 priority 253 overlaps with existing Tier; platform pending; networkops retrying \
+                 after 2 failed attempts (transient): connection refused"
+            )
+        );
+    }
+
+    #[test]
+    fn system_tiers_is_latched() {
+        let status = Status {
+            synced: true,
+            initialized: true,
+            tiers: vec![tier("baseline", TierState::Pending)],
+            ..Status::default()
+        };
+        assert_eq!(system_tiers_state(&status), CheckState::Ok);
+        let unsynced = Status::default();
+        assert_eq!(
+            system_tiers_state(&unsynced),
+            CheckState::failed("the Tier cache has not completed its first list")
+        );
+        let stopped = Status {
+            stopped: true,
+            ..Status::default()
+        };
+        assert!(!system_tiers_state(&stopped).is_ok());
+    }
+
+    #[test]
+    fn unknown_checks_fail_closed_and_later_registrations_count() {
+        let readiness = Readiness::new();
+        let gate = readiness.gate(&["later"]);
+        let err = gate.check().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "not ready: later failed: no check of this name is registered"
+        );
+        readiness.register("later", from_fn(|| CheckState::Ok));
+        assert_eq!(gate.check(), Ok(()));
+    }
+
+    #[test]
+    fn replacing_keeps_the_order() {
+        let readiness = Readiness::new();
+        readiness
+            .register("a", from_fn(|| CheckState::Ok))
+            .register("b", from_fn(|| CheckState::Ok))
+            .register("a", from_fn(|| CheckState::failed("x")));
+        assert_eq!(readiness.names(), ["a", "b"]);
+        assert_eq!(readiness.state("a"), Some(CheckState::failed("x")));
+    }
+
+    #[tokio::test]
+    async fn shutdown_flips_at_once() {
+        let shutdown = Shutdown::new();
+        let check = shutdown.check();
+        assert!(check.state().is_ok());
+        shutdown.clone().trigger();
+        assert_eq!(check.state(), CheckState::failed("shutting down"));
+        assert!(shutdown.is_triggered());
+        shutdown.triggered().await;
+    }
+}

@@ -1,0 +1,290 @@
+//! /livez, /readyz and the readiness gate.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing;
+use tier_core::{Status, TierState};
+use tier_server::readiness::{self, CheckState, TIER_CACHE_SYNCED};
+use tier_server::{HealthConfig, Readiness, Routes, Shutdown};
+use tokio::sync::watch;
+
+use crate::common::{Running, get, tier_status};
+
+struct Fixture {
+    status: watch::Sender<Status>,
+    shutdown: Shutdown,
+    readiness: Readiness,
+}
+
+fn fixture() -> Fixture {
+    let (status, rx) = watch::channel(Status::default());
+    let shutdown = Shutdown::new();
+    let readiness = Readiness::standard(rx, &shutdown);
+    Fixture {
+        status,
+        shutdown,
+        readiness,
+    }
+}
+
+fn synced() -> Status {
+    Status {
+        synced: true,
+        tiers: vec![
+            tier_status(
+                "baseline",
+                TierState::Blocked {
+                    since: Instant::now(),
+                    attempt: 3,
+                    message: "tier baseline priority 253 overlaps with existing Tier".into(),
+                },
+            ),
+            tier_status("application", TierState::Pending),
+            tier_status("platform", TierState::Converged),
+        ],
+        ..Status::default()
+    }
+}
+
+#[tokio::test]
+async fn readyz_passes_plain_and_verbose() {
+    let f = fixture();
+    f.status.send_replace(synced());
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(reply.headers["content-type"], "text/plain; charset=utf-8");
+
+    let reply = get(server.addr, "/readyz?verbose").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        reply.body,
+        "[+]tier-cache-synced ok\n[+]shutdown ok\nreadyz check passed\n"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn readyz_failure_lists_every_check_with_its_reason() {
+    let f = fixture();
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+    let expected = "[-]tier-cache-synced failed: the Tier cache has not completed its first list\n\
+                    [+]shutdown ok\n\
+                    readyz check failed\n";
+    for path in ["/readyz", "/readyz?verbose"] {
+        let reply = get(server.addr, path).await;
+        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+        assert_eq!(reply.body, expected, "{path}");
+    }
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn readyz_exclude_leaves_checks_out() {
+    let f = fixture();
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+
+    let reply = get(server.addr, "/readyz?exclude=tier-cache-synced").await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+
+    let reply = get(
+        server.addr,
+        "/readyz?verbose&exclude=tier-cache-synced&exclude=nope&exclude=other",
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        reply.body,
+        "[+]tier-cache-synced excluded: ok\n\
+         [+]shutdown ok\n\
+         warn: some readyz checks cannot be excluded: no matches for \"nope\",\"other\"\n\
+         readyz check passed\n"
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn readyz_single_check_includes_checks_outside_the_set() {
+    let f = fixture();
+    f.status.send_replace(synced());
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+
+    // system-tiers is not part of /readyz by default ...
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    // ... but it can be asked for by name, and names every Tier that is not converged.
+    let reply = get(server.addr, "/readyz/system-tiers").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        reply.body,
+        "[-]system-tiers failed: system Tiers not initialized: baseline blocked after 3 \
+         attempts: tier baseline priority 253 overlaps with existing Tier; application pending\n\
+         readyz check failed\n"
+    );
+
+    let reply = get(server.addr, "/readyz/shutdown").await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    let reply = get(server.addr, "/readyz/shutdown?verbose").await;
+    assert_eq!(reply.body, "[+]shutdown ok\nreadyz check passed\n");
+
+    let reply = get(server.addr, "/readyz/nope").await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        reply.body,
+        "readyz check \"nope\" is not registered; GET /readyz?verbose lists the checks\n"
+    );
+
+    // Initialized is latched: a later drift does not fail the check.
+    let mut status = synced();
+    status.initialized = true;
+    f.status.send_replace(status);
+    let reply = get(server.addr, "/readyz/system-tiers").await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn readyz_set_is_configurable() {
+    let f = fixture();
+    f.status.send_replace(synced());
+    let config = HealthConfig {
+        livez: vec![],
+        readyz: vec!["system-tiers".into(), "shutdown".into()],
+    };
+    let router = Routes::new(f.readiness.clone())
+        .health(config)
+        .into_router();
+    let server = Running::plain(router).await;
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        reply.body.starts_with("[-]system-tiers failed: "),
+        "{}",
+        reply.body
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_fails_readiness_at_once_but_not_liveness() {
+    let f = fixture();
+    f.status.send_replace(synced());
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+    assert_eq!(get(server.addr, "/readyz").await.status, StatusCode::OK);
+
+    f.shutdown.trigger();
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        reply.body,
+        "[+]tier-cache-synced ok\n[-]shutdown failed: shutting down\nreadyz check failed\n"
+    );
+    let reply = get(server.addr, "/livez").await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    let reply = get(server.addr, "/livez?verbose").await;
+    assert_eq!(reply.body, "livez check passed\n");
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn livez_can_include_checks() {
+    let readiness = Readiness::new();
+    let (tx, rx) = watch::channel(CheckState::Ok);
+    readiness.register("deadlock", rx);
+    let config = HealthConfig {
+        livez: vec!["deadlock".into()],
+        ..HealthConfig::default()
+    };
+    let server = Running::plain(Routes::new(readiness).health(config).into_router()).await;
+    assert_eq!(get(server.addr, "/livez").await.body, "ok");
+    tx.send_replace(CheckState::failed("the driver loop is stuck"));
+    let reply = get(server.addr, "/livez").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        reply.body,
+        "[-]deadlock failed: the driver loop is stuck\nlivez check failed\n"
+    );
+    let reply = get(server.addr, "/livez/deadlock").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn gated_route_answers_503_until_its_check_passes() {
+    let f = fixture();
+    let gated = Router::new()
+        .route("/tiers", routing::get(|| async { "six tiers" }))
+        .route_layer(f.readiness.require(&[TIER_CACHE_SYNCED]));
+    let router = Routes::new(f.readiness.clone()).into_router().merge(gated);
+    let server = Running::plain(router).await;
+
+    let reply = get(server.addr, "/tiers").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.headers["retry-after"], "1");
+    assert_eq!(
+        reply.body,
+        "service unavailable until these checks pass; retry shortly\n\
+         [-]tier-cache-synced failed: the Tier cache has not completed its first list\n"
+    );
+    // Health is not gated.
+    assert_eq!(get(server.addr, "/livez").await.status, StatusCode::OK);
+
+    f.status.send_replace(synced());
+    let reply = get(server.addr, "/tiers").await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (StatusCode::OK, "six tiers")
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn gate_on_an_unregistered_check_stays_closed() {
+    let readiness = Readiness::new();
+    let gated = Router::new()
+        .route("/x", routing::get(|| async { "x" }))
+        .route_layer(readiness.require(&["typo"]));
+    let server = Running::plain(gated).await;
+    let reply = get(server.addr, "/x").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        reply
+            .body
+            .contains("[-]typo failed: no check of this name is registered"),
+        "{}",
+        reply.body
+    );
+    readiness.register("typo", readiness::from_fn(|| CheckState::Ok));
+    assert_eq!(get(server.addr, "/x").await.status, StatusCode::OK);
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn graceful_shutdown_after_the_drain_delay() {
+    let f = fixture();
+    let listener = tier_server::server::bind(([127, 0, 0, 1], 0).into())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = Routes::new(f.readiness.clone()).into_router();
+    let serving = tokio::spawn(
+        tier_server::Server::new(router)
+            .serve(listener, f.shutdown.drained(Duration::from_millis(50))),
+    );
+    assert_eq!(get(addr, "/livez").await.status, StatusCode::OK);
+    f.shutdown.trigger();
+    // Still serving during the drain delay, and not ready.
+    assert_eq!(
+        get(addr, "/readyz/shutdown").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    tokio::time::timeout(Duration::from_secs(5), serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}

@@ -1,0 +1,9 @@
+//! The HTTP side of tierd over real loopback connections.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+mod health;
+mod metrics;
+mod tls;
+mod webhook;
