@@ -128,6 +128,10 @@ pub struct RunArgs {
     )]
     pub controller_user: String,
 
+    /// This pod's name, reported as the instance in Kubernetes Events.
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
     /// Make /readyz also wait for the system Tiers. Off by default: kube-apiserver reaches the
     /// webhook only through Ready pods, so a single replica that waited for Tiers whose creation
     /// needs its own webhook would never become ready.

@@ -43,13 +43,22 @@ pub enum CommandError {
     /// A signal stopped the command (exit 1).
     #[error("stopped by a signal before finishing")]
     Interrupted,
+    /// The TLS certificate or key could not be used (exit 2).
+    #[error("cannot use the TLS certificate: {0}")]
+    Tls(#[from] tier_server::tls::TlsError),
+    /// The HTTP server failed (exit 1).
+    #[error("the HTTP server failed: {0}")]
+    Serve(#[from] tier_server::server::ServeError),
+    /// A task of tierd ended unexpectedly (exit 1).
+    #[error("a tierd task ended unexpectedly: {0}")]
+    Task(String),
 }
 
 impl CommandError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CommandError::Tiers(_) => exit::USAGE_OR_PENDING,
+            CommandError::Tiers(_) | CommandError::Tls(_) => exit::USAGE_OR_PENDING,
             _ => exit::ERROR,
         }
     }

@@ -3,6 +3,7 @@
 //!
 //! - [`cli`]: the command line and exit codes.
 //! - [`commands`]: `crd`, `plan`, `ensure`.
+//! - [`daemon`]: the `run` command.
 //! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`tiers_file`]: the `--tiers` YAML format and its validation.
 //! - [`plan`]: the read-only plan table.
@@ -11,6 +12,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod daemon;
 pub mod demo;
 pub mod logging;
 pub mod plan;
@@ -72,10 +74,9 @@ async fn run(cli: Cli) -> u8 {
             logging::init(cli.log_format, "info");
             report(commands::ensure(&args).await.map(|()| exit::OK))
         }
-        Command::Run(_) => {
+        Command::Run(args) => {
             logging::init(cli.log_format, "info");
-            eprintln!("tierd: run is not wired yet");
-            exit::ERROR
+            report(daemon::run(&args).await.map(|()| exit::OK))
         }
     }
 }

@@ -1,0 +1,137 @@
+//! `tierd run`: the daemon's wiring.
+//!
+//! Order matters (see the two dependency loops in docs/ARCHITECTURE.md):
+//!
+//! 1. validate the input, bind the listener and serve at once: `/livez`, `/readyz`, `/metrics`
+//!    and the webhook answer from the first moment, each handler gated only on the checks it
+//!    needs (the webhook on `tier-cache-synced`);
+//! 2. start the Tier cache and the driver in continuous mode;
+//! 3. on SIGTERM/SIGINT: readiness turns false at once, the driver stops (no write starts after
+//!    it), the server drains, and the process exits within about a second.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tier_core::admission::AdmissionPolicy;
+use tier_core::{DesiredSet, DriverConfig, Mode, TierLister};
+use tier_kube::{KubeLister, KubeWriter};
+use tier_server::readiness::{SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn};
+use tier_server::tls::{CertFiles, CertReloader};
+use tier_server::{
+    Check, CheckState, HealthConfig, Readiness, Routes, Server, Shutdown, Webhook, metrics,
+};
+
+use crate::cli::RunArgs;
+use crate::commands::{self, CommandError};
+use crate::signals;
+
+/// How often the TLS files are checked for a new certificate.
+const CERT_POLL: Duration = Duration::from_secs(10);
+
+/// The longest the server may take to finish requests in flight after a signal.
+const DRAIN_LIMIT: Duration = Duration::from_millis(800);
+
+/// The admission policy for `desired`: its names are protected from deletion and `user` may
+/// change priorities.
+pub fn policy(desired: &DesiredSet, user: &str) -> AdmissionPolicy {
+    AdmissionPolicy {
+        protected_names: desired.tiers().iter().map(|t| t.name.clone()).collect(),
+        ..AdmissionPolicy::antrea(user)
+    }
+}
+
+/// The `tier-cache-synced` check: passes once the lister completed its first list; until then
+/// its reason carries the watch's last error (a missing CRD, missing RBAC), so `/readyz?verbose`
+/// says why.
+pub fn cache_synced(lister: KubeLister) -> impl Check {
+    from_fn(move || {
+        if lister.snapshot().is_synced() {
+            return CheckState::Ok;
+        }
+        match lister.watch_stats().last_error {
+            Some(error) => CheckState::failed(format!(
+                "the Tier cache has not completed its first list; last error: {error}"
+            )),
+            None => CheckState::failed("the Tier cache has not completed its first list"),
+        }
+    })
+}
+
+/// Runs the daemon until a signal; see the module docs.
+pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
+    let desired = commands::desired(&args.cluster)?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(CertReloader::load(CertFiles::new(cert, key)).await?),
+        _ => None,
+    };
+    let listener = tier_server::server::bind(args.listen).await?;
+    let client = tier_kube::client::client(&commands::client_options(&args.cluster)).await?;
+    let lister = KubeLister::start(client.clone())?;
+    let writer = KubeWriter::new(client.clone(), commands::writer_config(&args.cluster))
+        .with_store(lister.store());
+
+    let policy = policy(&desired, &args.controller_user);
+    let events_client = client.clone();
+    let ensurer = tier_runtime::spawn(
+        lister.clone(),
+        writer,
+        desired,
+        DriverConfig::default(),
+        Mode::Continuous,
+    );
+    let status = ensurer.status();
+    let reporter = tier_kube::events::reporter(args.pod_name.clone());
+    tokio::spawn(tier_kube::events::publish(
+        events_client,
+        reporter,
+        status.clone(),
+    ));
+
+    let shutdown = Shutdown::new();
+    let readiness = Readiness::standard(status.clone(), &shutdown);
+    readiness.register(TIER_CACHE_SYNCED, cache_synced(lister.clone()));
+    let mut health = HealthConfig::default();
+    if args.ready_requires_tiers {
+        health.readyz.push(SYSTEM_TIERS.to_owned());
+    }
+    let mut registry = Registry::default();
+    metrics::register(&mut registry, status.clone());
+    let cache: Arc<dyn TierLister> = Arc::new(lister);
+    let router = Routes::new(readiness.clone())
+        .health(health)
+        .metrics(Arc::new(registry))
+        .webhook(Webhook::new(cache, policy, &readiness))
+        .into_router();
+    let mut server = Server::new(router);
+    if let Some(tls) = &tls {
+        server = server.tls(tls.server_config()?);
+        let stop = shutdown.clone();
+        tokio::spawn(
+            tls.clone()
+                .watch(CERT_POLL, async move { stop.triggered().await }),
+        );
+    }
+    let mut served = tokio::spawn(server.serve(listener, shutdown.drained(Duration::ZERO)));
+
+    let outcome = tokio::select! {
+        () = signals::shutdown() => Ok(()),
+        result = &mut served => match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(CommandError::Serve(e)),
+            Err(e) => Err(CommandError::Task(e.to_string())),
+        },
+    };
+    shutdown.trigger();
+    ensurer.shutdown().await;
+    if !served.is_finished()
+        && tokio::time::timeout(DRAIN_LIMIT, &mut served)
+            .await
+            .is_err()
+    {
+        tracing::warn!("requests still in flight after {DRAIN_LIMIT:?}; exiting anyway");
+        served.abort();
+    }
+    tracing::info!("stopped");
+    outcome
+}

@@ -1,0 +1,39 @@
+//! The Kubernetes adapter of tierd: Antrea's `Tier` CRD and the core's ports on kube-rs 5.
+//!
+//! - [`crd`]: the [`Tier`] custom resource, its CRD ([`crd::crd_yaml`]) and the mapping to the
+//!   core's [`ObservedTier`](tier_core::ObservedTier).
+//! - [`lister`]: [`KubeLister`], the [`TierLister`](tier_core::TierLister) port on a
+//!   kube-runtime watcher and reflector; it also exposes the reflector's store and watch health.
+//! - [`writer`]: [`KubeWriter`], the [`TierWriter`](tier_core::TierWriter) port (POST to create,
+//!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
+//! - [`classify`]: `kube::Error` and HTTP answers to the core's
+//!   [`WriteError`](tier_core::WriteError) classes, with `Retry-After`.
+//! - [`events`]: Kubernetes Events for created, corrected, blocked and contested Tiers.
+//! - [`client`]: building a [`kube::Client`] from a kubeconfig, a context or the in-cluster
+//!   service account, with kube's own retry layer off.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use tier_core::{DesiredSet, DriverConfig, Mode};
+//! use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
+//!
+//! let client = tier_kube::client::client(&ClientOptions::default()).await?;
+//! let lister = KubeLister::start(client.clone())?;
+//! let writer = KubeWriter::new(client, WriterConfig::default()).with_store(lister.store());
+//! let ensurer = tier_runtime::spawn(lister, writer, DesiredSet::antrea(), DriverConfig::default(), Mode::Continuous);
+//! ensurer.status().initialized().await.ok();
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod classify;
+pub mod client;
+pub mod crd;
+pub mod events;
+pub mod lister;
+pub mod writer;
+
+pub use client::{ClientError, ClientOptions};
+pub use crd::{CrdError, Tier};
+pub use lister::{KubeLister, ListerError, WatchStats};
+pub use writer::{KubeWriter, WriterConfig};

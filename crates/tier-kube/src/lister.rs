@@ -1,0 +1,434 @@
+//! [`KubeLister`]: the [`TierLister`] port on a kube-runtime reflector.
+//!
+//! A `watcher` on `Api<Tier>::all` (with kube's client-go-like `default_backoff`) feeds a
+//! `reflector` that keeps a [`Store<Tier>`]. A task, spawned by [`KubeLister::start`] and
+//! aborted when the last clone of the lister is dropped, polls that stream and, after every
+//! applied event (`Apply`, `Delete`, `InitDone`) that changed what the core can observe, bumps a
+//! generation counter published on a `tokio::sync::watch` channel.
+//!
+//! # Guarantees
+//!
+//! - "Synced" means the first complete list (the moment `Store::wait_until_ready` resolves):
+//!   generation 0 means not synced, and the first `InitDone` always raises it to 1.
+//! - The generation is bumped only after the store holds the change, and
+//!   [`snapshot`](TierLister::snapshot) reads the generation first and the store second, so a
+//!   snapshot is never older than its generation.
+//! - Bookmarks and events that change nothing observable (a relist that finds the same Tiers at
+//!   the same resourceVersions) do not bump it.
+//!
+//! # Recovery
+//!
+//! A dropped watch is restarted from the last resourceVersion; a watch answered with 410 Gone
+//! makes the watcher list again, and the store swaps in the complete new list at `InitDone`,
+//! dropping Tiers deleted in between. Either way every change made while the watch was down
+//! shows up in the store and bumps the generation. Errors are logged, counted and kept for
+//! metrics ([`KubeLister::watch_stats`]); the watcher retries with backoff and never gives up.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client) -> Result<(), tier_kube::ListerError> {
+//! use tier_core::TierLister;
+//!
+//! let lister = tier_kube::KubeLister::start(client)?;
+//! lister.wait_synced().await;
+//! let snapshot = lister.snapshot();
+//! assert!(snapshot.is_synced());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::crd::{self, Tier};
+
+/// Starting a [`KubeLister`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ListerError {
+    /// There is no tokio runtime to run the watch task on.
+    #[error("the Tier lister must be started from within a tokio runtime: {0}")]
+    NoRuntime(#[source] tokio::runtime::TryCurrentError),
+}
+
+/// Health of the watch, for metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchStats {
+    /// Complete lists applied (`InitDone` events): 1 after the first sync, +1 per relist.
+    pub lists: u64,
+    /// Errors the watch stream reported (failed lists, failed or expired watches).
+    pub errors: u64,
+    /// The most recent of those errors, if any.
+    pub last_error: Option<String>,
+}
+
+/// The [`TierLister`] port on a reflector of `tiers.crd.antrea.io`. Cheap to clone; the watch
+/// task stops when the last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct KubeLister {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Store<Tier>,
+    generation: watch::Receiver<Generation>,
+    stats: Arc<Mutex<WatchStats>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl KubeLister {
+    /// Watches every Tier of the cluster with `watcher::Config::default()` (bookmarks on, pages
+    /// of 500). Spawns the watch task at once on the current tokio runtime.
+    pub fn start(client: kube::Client) -> Result<Self, ListerError> {
+        Self::start_with(Api::all(client), watcher::Config::default())
+    }
+
+    /// Like [`start`](Self::start), with an explicit API handle and watcher configuration.
+    pub fn start_with(api: Api<Tier>, config: watcher::Config) -> Result<Self, ListerError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
+        let (store, writer) = reflector::store();
+        let (generation_tx, generation) = watch::channel(0);
+        let stats = Arc::new(Mutex::new(WatchStats::default()));
+        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+        let task = runtime.spawn(drive(events, store.clone(), generation_tx, stats.clone()));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                generation,
+                stats,
+                task,
+            }),
+        })
+    }
+
+    /// The reflector's store of full Tier objects (for a webhook, or the writer's updates).
+    pub fn store(&self) -> Store<Tier> {
+        self.inner.store.clone()
+    }
+
+    /// The current generation: 0 until the first complete list.
+    pub fn generation(&self) -> Generation {
+        *self.inner.generation.borrow()
+    }
+
+    /// Counts and the last error of the watch, for metrics.
+    pub fn watch_stats(&self) -> WatchStats {
+        lock(&self.inner.stats).clone()
+    }
+}
+
+#[async_trait]
+impl TierLister for KubeLister {
+    /// Resolves at the first complete list; never if the watch task is gone.
+    async fn wait_synced(&self) {
+        self.changed(0).await;
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let generation = self.generation();
+        if generation == 0 {
+            return Snapshot::default();
+        }
+        Snapshot {
+            generation,
+            tiers: Some(Arc::new(observed(&self.inner.store))),
+        }
+    }
+
+    async fn changed(&self, seen: Generation) {
+        let mut generation = self.inner.generation.clone();
+        if generation.wait_for(|g| *g > seen).await.is_err() {
+            // The task ended (it never does while the lister lives): nothing will change.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Everything the store holds, as the core sees it.
+fn observed(store: &Store<Tier>) -> BTreeMap<String, ObservedTier> {
+    store
+        .state()
+        .iter()
+        .map(|tier| crd::observe(tier))
+        .map(|tier| (tier.name.clone(), tier))
+        .collect()
+}
+
+/// Polls the reflector stream forever, bumping the generation after observable changes.
+async fn drive<S>(
+    events: S,
+    store: Store<Tier>,
+    generation: watch::Sender<Generation>,
+    stats: Arc<Mutex<WatchStats>>,
+) where
+    S: futures::Stream<Item = Result<watcher::Event<Tier>, watcher::Error>>,
+{
+    let mut events = std::pin::pin!(events);
+    let mut published: Option<BTreeMap<String, ObservedTier>> = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
+            Ok(
+                event @ (watcher::Event::Apply(_)
+                | watcher::Event::Delete(_)
+                | watcher::Event::InitDone),
+            ) => {
+                if matches!(event, watcher::Event::InitDone) {
+                    lock(&stats).lists += 1;
+                }
+                let now = observed(&store);
+                if published.as_ref() != Some(&now) {
+                    tracing::debug!(tiers = now.len(), %event, "observed Tier set changed");
+                    published = Some(now);
+                    generation.send_modify(|g| *g += 1);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "Tier watch failed; retrying with backoff");
+                let mut stats = lock(&stats);
+                stats.errors += 1;
+                stats.last_error = Some(error.to_string());
+            }
+        }
+    }
+    tracing::error!("Tier watch stream ended; the Tier cache will no longer change");
+}
+
+fn lock(stats: &Mutex<WatchStats>) -> std::sync::MutexGuard<'_, WatchStats> {
+    stats.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::channel::mpsc;
+
+    use super::*;
+    use crate::crd::TierSpec;
+
+    fn tier(name: &str, priority: i32, rv: &str) -> Tier {
+        let mut tier = Tier::new(
+            name,
+            TierSpec {
+                priority,
+                description: None,
+            },
+        );
+        tier.metadata.resource_version = Some(rv.into());
+        tier
+    }
+
+    type Feed = mpsc::UnboundedSender<Result<watcher::Event<Tier>, watcher::Error>>;
+
+    /// A lister whose reflector is fed by hand instead of by a watcher.
+    fn fed() -> (KubeLister, Feed) {
+        let (feed, rx) = mpsc::unbounded();
+        let (store, writer) = reflector::store();
+        let (generation_tx, generation) = watch::channel(0);
+        let stats = Arc::new(Mutex::new(WatchStats::default()));
+        let task = tokio::spawn(drive(
+            reflector::reflector(writer, rx),
+            store.clone(),
+            generation_tx,
+            stats.clone(),
+        ));
+        let lister = KubeLister {
+            inner: Arc::new(Inner {
+                store,
+                generation,
+                stats,
+                task,
+            }),
+        };
+        (lister, feed)
+    }
+
+    async fn settle(lister: &KubeLister, generation: Generation) {
+        tokio::time::timeout(Duration::from_secs(5), lister.changed(generation - 1))
+            .await
+            .unwrap();
+        assert_eq!(lister.generation(), generation);
+    }
+
+    async fn quiet(lister: &KubeLister, generation: Generation) {
+        let woke =
+            tokio::time::timeout(Duration::from_millis(50), lister.changed(generation)).await;
+        assert!(woke.is_err(), "unexpected bump past {generation}");
+    }
+
+    fn send(feed: &Feed, event: watcher::Event<Tier>) {
+        feed.unbounded_send(Ok(event)).unwrap();
+    }
+
+    #[tokio::test]
+    async fn unsynced_until_the_first_complete_list() {
+        let (lister, feed) = fed();
+        assert_eq!(lister.snapshot(), Snapshot::default());
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitApply(tier("a", 1, "1")));
+        quiet(&lister, 0).await;
+        assert!(!lister.snapshot().is_synced());
+        send(&feed, watcher::Event::InitDone);
+        tokio::time::timeout(Duration::from_secs(5), lister.wait_synced())
+            .await
+            .unwrap();
+        let snapshot = lister.snapshot();
+        assert_eq!(snapshot.generation, 1);
+        assert_eq!(snapshot.observe("a").resource_version(), Some("1"));
+        // Synced is exactly the store's readiness.
+        tokio::time::timeout(
+            Duration::from_millis(100),
+            lister.store().wait_until_ready(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(lister.watch_stats().lists, 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_list_syncs() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+        let snapshot = lister.snapshot();
+        assert!(snapshot.is_synced());
+        assert_eq!(snapshot.tiers.unwrap().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn apply_and_delete_bump_the_generation() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+        send(&feed, watcher::Event::Apply(tier("a", 1, "2")));
+        settle(&lister, 2).await;
+        assert_eq!(lister.snapshot().observe("a").resource_version(), Some("2"));
+        send(&feed, watcher::Event::Apply(tier("a", 5, "3")));
+        settle(&lister, 3).await;
+        assert_eq!(
+            lister.snapshot().observe("a"),
+            tier_core::Observed::Present(crd::observe(&tier("a", 5, "3")))
+        );
+        send(&feed, watcher::Event::Delete(tier("a", 5, "3")));
+        settle(&lister, 4).await;
+        assert_eq!(lister.snapshot().observe("a"), tier_core::Observed::Absent);
+    }
+
+    #[tokio::test]
+    async fn a_relist_of_the_same_set_does_not_bump() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitApply(tier("a", 1, "1")));
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitApply(tier("a", 1, "1")));
+        send(&feed, watcher::Event::InitDone);
+        quiet(&lister, 1).await;
+        assert_eq!(lister.watch_stats().lists, 2);
+    }
+
+    #[tokio::test]
+    async fn a_relist_after_gone_loses_no_change() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitApply(tier("kept", 1, "1")));
+        send(&feed, watcher::Event::InitApply(tier("deleted", 2, "2")));
+        send(&feed, watcher::Event::InitApply(tier("changed", 3, "3")));
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+
+        // The watch expires; meanwhile "deleted" goes, "changed" changes, "added" appears.
+        let mut gone = kube::core::Status::failure("too old resource version", "Expired");
+        gone.code = 410;
+        feed.unbounded_send(Err(watcher::Error::WatchError(gone.boxed())))
+            .unwrap();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitApply(tier("kept", 1, "1")));
+        send(&feed, watcher::Event::InitApply(tier("changed", 30, "5")));
+        quiet(&lister, 1).await;
+        // Until the relist completes, the old view stays (complete, if older).
+        assert_eq!(
+            lister.snapshot().observe("deleted").resource_version(),
+            Some("2")
+        );
+        send(&feed, watcher::Event::InitApply(tier("added", 4, "6")));
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 2).await;
+
+        let snapshot = lister.snapshot();
+        assert_eq!(snapshot.observe("deleted"), tier_core::Observed::Absent);
+        assert_eq!(snapshot.observe("changed").resource_version(), Some("5"));
+        assert_eq!(snapshot.observe("added").resource_version(), Some("6"));
+        assert_eq!(snapshot.observe("kept").resource_version(), Some("1"));
+        let stats = lister.watch_stats();
+        assert_eq!(stats.errors, 1);
+        assert_eq!(stats.lists, 2);
+        assert!(stats.last_error.unwrap().contains("too old"));
+    }
+
+    #[tokio::test]
+    async fn changed_is_cancel_safe() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+        // Drop a pending `changed`, change the set, then ask again with the same generation.
+        quiet(&lister, 1).await;
+        send(&feed, watcher::Event::Apply(tier("a", 1, "1")));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::timeout(Duration::from_secs(1), lister.changed(1))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn dropping_the_last_clone_stops_the_task() {
+        let (lister, feed) = fed();
+        let clone = lister.clone();
+        drop(lister);
+        send(&feed, watcher::Event::Init);
+        drop(clone);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !feed.is_closed() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap();
+    }
+
+    #[test]
+    fn starting_outside_a_runtime_is_an_error() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async { kube::Client::try_from(config).unwrap() })
+        })
+        .join()
+        .unwrap();
+        let error = KubeLister::start(client).unwrap_err();
+        assert!(error.to_string().contains("tokio runtime"), "{error}");
+    }
+}

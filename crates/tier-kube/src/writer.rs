@@ -1,0 +1,286 @@
+//! [`KubeWriter`]: the [`TierWriter`] port on the Kubernetes API.
+//!
+//! - **create** is a POST of a fresh object (name and spec only).
+//! - **update** is a replace (PUT) carrying `metadata.resourceVersion` as its precondition. The
+//!   body is the object cached by the lister's reflector (labels, annotations, owner references
+//!   and every other field preserved) with the spec set and the resourceVersion set to the one
+//!   the core decided on; a stale one gets 409 `Conflict`. When the Tier is not cached (no store
+//!   given, or it left the cache since), a minimal object (name, resourceVersion, spec) is sent:
+//!   its precondition still holds, and in practice the server answers `NotFound` or `Conflict`.
+//!   A JSON merge patch was not chosen: it would work too, but the PUT is what Antrea itself
+//!   does and what the issue asks for.
+//!
+//! A create answered 404 is [`Blocked`](tier_core::ErrorClass::Blocked), not stale: Tiers are
+//! cluster-scoped, so the only thing that can be missing is the resource itself (the CRD is not
+//! installed). A 404 on update stays stale (the Tier was deleted).
+//!
+//! Every call carries the field manager (default `tierd`) and is cut after the call timeout
+//! (default 10 s), reported as [`Transient`](tier_core::ErrorClass::Transient). Requests go
+//! through `Client::send` so the writer sees the response headers (`Retry-After`, see
+//! [`classify`](mod@crate::classify)). The writer itself never retries: every failure reaches the
+//! core, which re-observes first. Build the client with [`crate::client`] so kube's own retry
+//! layer is off as well.
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client, lister: &tier_kube::KubeLister) {
+//! use std::time::Duration;
+//!
+//! use tier_core::{TierSpec, TierWriter};
+//! use tier_kube::{KubeWriter, WriterConfig};
+//!
+//! let config = WriterConfig { call_timeout: Duration::from_secs(5), ..WriterConfig::default() };
+//! let writer = KubeWriter::new(client, config).with_store(lister.store());
+//! writer.create(&TierSpec::new("emergency", 50, "[READ-ONLY]: System generated Emergency Tier")).await.ok();
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::StatusCode;
+use kube::Resource;
+use kube::api::PostParams;
+use kube::client::Body;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tier_core::{ErrorClass, TierSpec as Desired, TierWriter, WriteError};
+
+use crate::classify;
+use crate::crd::{Tier, TierSpec};
+
+/// The default field manager of tierd's writes.
+pub const DEFAULT_FIELD_MANAGER: &str = "tierd";
+
+/// The default per-call timeout.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Configuration of a [`KubeWriter`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriterConfig {
+    /// The field manager recorded in `managedFields` (default [`DEFAULT_FIELD_MANAGER`]).
+    pub field_manager: String,
+    /// The longest one API call may take, response body included (default
+    /// [`DEFAULT_CALL_TIMEOUT`], 10 s); a call cut by it counts as transient.
+    pub call_timeout: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        Self {
+            field_manager: DEFAULT_FIELD_MANAGER.to_owned(),
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+        }
+    }
+}
+
+/// The [`TierWriter`] port: creates and replaces `tiers.crd.antrea.io` objects.
+#[derive(Clone)]
+pub struct KubeWriter {
+    client: kube::Client,
+    request: kube::core::Request,
+    store: Option<Store<Tier>>,
+    config: WriterConfig,
+}
+
+impl std::fmt::Debug for KubeWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeWriter")
+            .field("cached", &self.store.is_some())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeWriter {
+    /// A writer on `client`, without a cache: updates send minimal objects until
+    /// [`with_store`](Self::with_store) is called.
+    pub fn new(client: kube::Client, config: WriterConfig) -> Self {
+        Self {
+            client,
+            request: kube::core::Request::new(Tier::url_path(&(), None)),
+            store: None,
+            config,
+        }
+    }
+
+    /// Uses `store` (the lister's, see [`KubeLister::store`](crate::KubeLister::store)) as the
+    /// base of updates, so they keep every field they do not manage.
+    pub fn with_store(mut self, store: Store<Tier>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The writer's configuration.
+    pub fn config(&self) -> &WriterConfig {
+        &self.config
+    }
+
+    fn params(&self) -> PostParams {
+        PostParams {
+            dry_run: false,
+            field_manager: Some(self.config.field_manager.clone()),
+        }
+    }
+
+    /// The body of an update: the cached object (or a minimal one) with the desired spec, on
+    /// `resource_version`.
+    fn replacement(&self, desired: &Desired, resource_version: &str) -> Tier {
+        let cached = self
+            .store
+            .as_ref()
+            .and_then(|store| store.get(&ObjectRef::new(&desired.name)));
+        let mut object = match cached {
+            Some(cached) => {
+                let mut object = (*cached).clone();
+                object.spec = TierSpec::from_desired(desired);
+                object
+            }
+            None => Tier::from_desired(desired),
+        };
+        object.metadata.resource_version = Some(resource_version.to_owned());
+        object
+    }
+
+    /// Sends one request, bounded by the call timeout, and classifies the answer.
+    async fn send(
+        &self,
+        verb: &'static str,
+        name: &str,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<(), WriteError> {
+        let mut request =
+            request.map_err(|error| classify::classify(&kube::Error::BuildRequest(error)))?;
+        request.extensions_mut().insert(verb);
+        let call = async {
+            let response = self
+                .client
+                .send(request.map(Body::from))
+                .await
+                .map_err(|error| classify::classify(&error))?;
+            let (parts, body) = response.into_parts();
+            let body = body
+                .collect_bytes()
+                .await
+                .map_err(|error| classify::classify(&error))?;
+            match classify::classify_response(parts.status, &parts.headers, &body) {
+                None => Ok(()),
+                Some(error) if verb == "create" && parts.status == StatusCode::NOT_FOUND => {
+                    Err(missing_resource(error))
+                }
+                Some(error) => Err(error),
+            }
+        };
+        let timeout = self.config.call_timeout;
+        match tokio::time::timeout(timeout, call).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(WriteError::transient(format!(
+                "{verb} of Tier {name} did not complete within {timeout:?}; \
+                 it may still have been applied"
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl TierWriter for KubeWriter {
+    async fn create(&self, tier: &Desired) -> Result<(), WriteError> {
+        let body = to_json(&Tier::from_desired(tier))?;
+        let request = self.request.create(&self.params(), body);
+        self.send("create", &tier.name, request).await
+    }
+
+    async fn update(&self, tier: &Desired, resource_version: &str) -> Result<(), WriteError> {
+        let body = to_json(&self.replacement(tier, resource_version))?;
+        let request = self.request.replace(&tier.name, &self.params(), body);
+        self.send("replace", &tier.name, request).await
+    }
+}
+
+/// A create answered 404: no object is involved (Tiers are cluster-scoped), so the resource
+/// itself is missing. That is not stale but blocked, until someone installs the CRD.
+fn missing_resource(error: WriteError) -> WriteError {
+    WriteError {
+        class: ErrorClass::Blocked,
+        message: format!(
+            "{}; is the Tier CRD ({}) installed?",
+            error.message,
+            crate::crd::CRD_NAME
+        ),
+        retry_after: error.retry_after,
+    }
+}
+
+fn to_json(tier: &Tier) -> Result<Vec<u8>, WriteError> {
+    serde_json::to_vec(tier).map_err(|error| {
+        WriteError::blocked(format!(
+            "cannot serialize Tier (a bug, please report it): {error}"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kube::runtime::reflector;
+    use kube::runtime::watcher;
+
+    use super::*;
+
+    fn client() -> kube::Client {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn replacement_keeps_cached_fields() {
+        let (store, mut writer) = reflector::store();
+        let mut cached = Tier::new(
+            "platform",
+            TierSpec {
+                priority: 7,
+                description: Some("drifted".into()),
+            },
+        );
+        cached.metadata.resource_version = Some("9".into());
+        cached.metadata.labels = Some(BTreeMap::from([("team".into(), "net".into())]));
+        cached.metadata.annotations = Some(BTreeMap::from([("note".into(), "keep".into())]));
+        writer.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
+
+        let kube_writer = KubeWriter::new(client(), WriterConfig::default()).with_store(store);
+        let desired = Desired::new("platform", 200, "");
+        let object = kube_writer.replacement(&desired, "8");
+        assert_eq!(object.metadata.resource_version.as_deref(), Some("8"));
+        assert_eq!(object.metadata.labels, cached.metadata.labels);
+        assert_eq!(object.metadata.annotations, cached.metadata.annotations);
+        assert_eq!(
+            object.spec,
+            TierSpec {
+                priority: 200,
+                description: None
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn replacement_without_cache_is_minimal() {
+        let kube_writer = KubeWriter::new(client(), WriterConfig::default());
+        let desired = Desired::new("platform", 200, "d");
+        let object = kube_writer.replacement(&desired, "3");
+        assert_eq!(
+            serde_json::to_value(&object).unwrap(),
+            serde_json::json!({
+                "apiVersion": "crd.antrea.io/v1beta1",
+                "kind": "Tier",
+                "metadata": {"name": "platform", "resourceVersion": "3"},
+                "spec": {"priority": 200, "description": "d"}
+            })
+        );
+    }
+
+    #[test]
+    fn defaults() {
+        let config = WriterConfig::default();
+        assert_eq!(config.field_manager, "tierd");
+        assert_eq!(config.call_timeout, Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,150 @@
+//! Shared helpers of the integration tests: a test API server with a kubeconfig on disk and a
+//! real kube client built by `tier_kube::client`.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use tier_core::{Generation, Snapshot, TierLister, TierSpec};
+use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
+use tier_testserver::{ServerConfig, TestApiServer};
+
+/// The user tierd runs as (Antrea's controller service account in the built-in admission).
+pub const USER: &str = "system:serviceaccount:kube-system:antrea-controller";
+pub const TOKEN: &str = "tierd-token";
+
+/// How long any wait in these tests may take before the test fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A running test API server and a kube client pointed at it through a kubeconfig file.
+pub struct Harness {
+    pub server: TestApiServer,
+    pub client: kube::Client,
+    pub kubeconfig: TempFile,
+}
+
+/// A file removed on drop.
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    pub fn new(stem: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Self(std::env::temp_dir().join(format!("tier-kube-{stem}-{}-{n}.yaml", std::process::id())))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Starts a server with `config` plus the tierd user, and a client through its kubeconfig.
+pub async fn start(config: ServerConfig) -> Harness {
+    let server = TestApiServer::start(config.user(TOKEN, USER))
+        .await
+        .unwrap();
+    let kubeconfig = TempFile::new("kubeconfig");
+    server.write_kubeconfig(&kubeconfig.0, USER).unwrap();
+    let client = tier_kube::client::client(&ClientOptions {
+        kubeconfig: Some(kubeconfig.0.clone()),
+        ..ClientOptions::default()
+    })
+    .await
+    .unwrap();
+    Harness {
+        server,
+        client,
+        kubeconfig,
+    }
+}
+
+/// Antrea's built-in admission, with tierd as the controller allowed to change priorities.
+pub fn antrea_admission() -> ServerConfig {
+    ServerConfig::default().admission(tier_testserver::AdmissionMode::BuiltinAntrea {
+        controller_user: USER.to_owned(),
+    })
+}
+
+impl Harness {
+    /// A writer with a short call timeout and no cache.
+    pub fn writer(&self) -> KubeWriter {
+        KubeWriter::new(self.client.clone(), writer_config())
+    }
+
+    /// A started lister.
+    pub fn lister(&self) -> KubeLister {
+        KubeLister::start(self.client.clone()).unwrap()
+    }
+
+    /// Seeds a Tier as another actor would (no admission).
+    pub fn seed(&self, name: &str, priority: i64, description: Option<&str>) -> Value {
+        self.server
+            .store()
+            .create(tier_testserver::tier::tier(name, priority, description))
+            .unwrap()
+    }
+
+    /// The stored Tier `name`: (priority, description).
+    pub fn stored(&self, name: &str) -> Option<(i64, Option<String>)> {
+        let obj = self.server.store().get(name)?;
+        Some((
+            obj.pointer("/spec/priority").and_then(Value::as_i64)?,
+            obj.pointer("/spec/description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        ))
+    }
+
+    /// The stored resourceVersion of `name`.
+    pub fn rv(&self, name: &str) -> String {
+        let obj = self.server.store().get(name).unwrap();
+        obj.pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap()
+            .to_owned()
+    }
+}
+
+pub fn writer_config() -> WriterConfig {
+    WriterConfig {
+        call_timeout: Duration::from_secs(3),
+        ..WriterConfig::default()
+    }
+}
+
+pub fn spec(name: &str, priority: i64, description: &str) -> TierSpec {
+    TierSpec::new(name, priority, description)
+}
+
+/// Waits until the lister's snapshot satisfies `pred`, waking on every generation change.
+pub async fn until(lister: &KubeLister, pred: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let snapshot = lister.snapshot();
+            if pred(&snapshot) {
+                return snapshot;
+            }
+            lister.changed(snapshot.generation).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the lister never showed the expected state: {:?}",
+            lister.snapshot()
+        )
+    })
+}
+
+/// Waits for the lister's first complete list.
+pub async fn synced(lister: &KubeLister) -> Generation {
+    tokio::time::timeout(PATIENCE, lister.wait_synced())
+        .await
+        .expect("the lister never synced");
+    lister.generation()
+}
