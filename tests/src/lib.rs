@@ -1,1 +1,373 @@
-//! End-to-end test support.
+//! End-to-end test support: run the real `tierd` binary against [`tier_testserver`].
+//!
+//! The binary is the one `cargo test --workspace` builds next to the test executables
+//! (`target/<profile>/tierd`). [`Cluster`] is a test API server with tierd's user and a
+//! kubeconfig; [`Tierd`] is a running `tierd run` whose listen address is read from its JSON
+//! log; [`Tierd::get`] speaks HTTP or HTTPS to it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use serde_json::Value;
+use tier_testserver::{AdmissionMode, ServerConfig, TestApiServer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+/// tierd's user name (its service account), exempt from the priority-update rule.
+pub const USER: &str = "system:serviceaccount:kube-system:tierd";
+/// tierd's bearer token at the test API server.
+pub const TOKEN: &str = "tierd-token";
+/// The longest any wait in these tests may take.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Antrea's six system Tiers: name, priority, description.
+pub fn antrea() -> Vec<(&'static str, i64, &'static str)> {
+    tier_testserver::antrea::SYSTEM_TIERS
+        .iter()
+        .map(|t| (t.name, t.priority, t.description))
+        .collect()
+}
+
+/// The path of the `tierd` binary built by cargo for this test run.
+pub fn tierd_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/tierd
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = dir.join(format!("tierd{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p tier-bin` first)",
+        bin.display()
+    );
+    bin
+}
+
+/// A file removed on drop.
+pub struct TempFile(pub PathBuf);
+
+impl TempFile {
+    /// A fresh path in the temp dir with `stem` and `ext` in its name.
+    pub fn new(stem: &str, ext: &str) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Self(std::env::temp_dir().join(format!("tier-e2e-{stem}-{}-{n}.{ext}", std::process::id())))
+    }
+
+    /// A temp file holding `text`.
+    pub fn with(stem: &str, ext: &str, text: &str) -> Self {
+        let file = Self::new(stem, ext);
+        std::fs::write(&file.0, text).unwrap();
+        file
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A test API server with tierd's user and a kubeconfig file for it.
+pub struct Cluster {
+    /// The server.
+    pub server: TestApiServer,
+    /// The kubeconfig tierd uses.
+    pub kubeconfig: TempFile,
+}
+
+impl Cluster {
+    /// A cluster with Antrea's built-in Tier admission (tierd exempt from the priority rule).
+    pub async fn antrea() -> Self {
+        Self::start(
+            ServerConfig::default().admission(AdmissionMode::BuiltinAntrea {
+                controller_user: USER.to_owned(),
+            }),
+        )
+        .await
+    }
+
+    /// A cluster with `config` plus tierd's user.
+    pub async fn start(config: ServerConfig) -> Self {
+        let server = TestApiServer::start(config.user(TOKEN, USER))
+            .await
+            .unwrap();
+        let kubeconfig = TempFile::new("kubeconfig", "yaml");
+        server.write_kubeconfig(&kubeconfig.0, USER).unwrap();
+        Self { server, kubeconfig }
+    }
+
+    /// Stores a Tier directly (another actor; no admission).
+    pub fn seed(&self, name: &str, priority: i64, description: Option<&str>) {
+        self.server
+            .store()
+            .create(tier_testserver::tier::tier(name, priority, description))
+            .unwrap();
+    }
+
+    /// The stored priority and description of `name`.
+    pub fn stored(&self, name: &str) -> Option<(i64, Option<String>)> {
+        let tier = self.server.store().get(name)?;
+        let spec = &tier["spec"];
+        Some((
+            spec["priority"].as_i64()?,
+            spec["description"].as_str().map(str::to_owned),
+        ))
+    }
+
+    /// Whether every Antrea Tier is stored exactly as desired.
+    pub fn has_antrea_tiers(&self) -> bool {
+        antrea()
+            .into_iter()
+            .all(|(name, p, d)| self.stored(name) == Some((p, Some(d.to_owned()))))
+    }
+
+    /// Waits until `cond` holds, polling every 20 ms; false after `PATIENCE`.
+    pub async fn eventually(&self, cond: impl Fn(&Self) -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < PATIENCE {
+            if cond(self) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cond(self)
+    }
+
+    /// Runs `tierd <args> --kubeconfig <this cluster>` to completion.
+    pub async fn tierd(&self, args: &[&str]) -> Finished {
+        let output = Command::new(tierd_binary())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig.0)
+            .env("RUST_LOG", "info")
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(PATIENCE, output)
+            .await
+            .unwrap()
+            .unwrap();
+        Finished {
+            status: output.status,
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+/// A finished tierd command.
+#[derive(Debug)]
+pub struct Finished {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// What it printed.
+    pub stdout: String,
+    /// What it logged.
+    pub stderr: String,
+}
+
+impl Finished {
+    /// The exit code (-1 when killed by a signal).
+    pub fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+}
+
+/// TLS material for tierd's server: a self-signed certificate for 127.0.0.1.
+pub struct Tls {
+    /// The certificate file.
+    pub cert: TempFile,
+    /// The key file.
+    pub key: TempFile,
+    /// The certificate as PEM (it is its own CA).
+    pub ca_pem: String,
+}
+
+impl Tls {
+    /// A fresh certificate for `127.0.0.1` and `localhost`.
+    pub fn new() -> Self {
+        let certified =
+            rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+                .unwrap();
+        let ca_pem = certified.cert.pem();
+        Self {
+            cert: TempFile::with("cert", "pem", &ca_pem),
+            key: TempFile::with("key", "pem", &certified.signing_key.serialize_pem()),
+            ca_pem,
+        }
+    }
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A running `tierd run`.
+pub struct Tierd {
+    child: Child,
+    /// Where it serves.
+    pub addr: SocketAddr,
+    /// Whether it serves HTTPS, with this CA.
+    ca_pem: Option<String>,
+    logs: Arc<Mutex<Vec<String>>>,
+    /// When the process was spawned.
+    pub started: Instant,
+}
+
+impl Tierd {
+    /// Starts `tierd run --listen 127.0.0.1:0 --log-format json <extra>` against `cluster`.
+    pub async fn run(cluster: &Cluster, tls: Option<&Tls>, extra: &[&str]) -> Self {
+        let mut command = Command::new(tierd_binary());
+        command
+            .args(["run", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .arg("--kubeconfig")
+            .arg(&cluster.kubeconfig.0)
+            .args(["--controller-user", USER])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(tls) = tls {
+            command
+                .arg("--tls-cert")
+                .arg(&tls.cert.0)
+                .arg("--tls-key")
+                .arg(&tls.key.0);
+        }
+        let started = Instant::now();
+        let mut child = command.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (addr_tx, mut addr_rx) = watch::channel(None::<SocketAddr>);
+        let lines = logs.clone();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if let Ok(json) = serde_json::from_str::<Value>(&line) {
+                    let fields = &json["fields"];
+                    if fields["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("serving"))
+                        && let Some(addr) = fields["addr"].as_str().and_then(|a| a.parse().ok())
+                    {
+                        addr_tx.send_replace(Some(addr));
+                    }
+                }
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let addr = tokio::time::timeout(PATIENCE, addr_rx.wait_for(Option::is_some))
+            .await
+            .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", logs.lock().unwrap()))
+            .unwrap()
+            .unwrap();
+        Self {
+            child,
+            addr,
+            ca_pem: tls.map(|t| t.ca_pem.clone()),
+            logs,
+            started,
+        }
+    }
+
+    /// The base URL of its server.
+    pub fn url(&self) -> String {
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Everything it logged so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// GETs `path`: status code and body.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        get(&format!("{}{path}", self.url()), self.ca_pem.as_deref()).await
+    }
+
+    /// Polls `path` until it answers 200; the time since the process started.
+    pub async fn until_ok(&self, path: &str) -> Duration {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if self.get(path).await.0 == 200 {
+                return self.started.elapsed();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} never answered 200: {:?}",
+                self.get(&format!("{path}?verbose")).await
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Sends SIGTERM.
+    pub async fn terminate(&self) {
+        let pid = self.child.id().unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit (at most `limit`).
+    pub async fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .ok()
+            .map(Result::unwrap)
+    }
+}
+
+/// GETs `url` over HTTP, or HTTPS trusting `ca_pem`.
+pub async fn get(url: &str, ca_pem: Option<&str>) -> (u16, String) {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(pem) = ca_pem {
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .build();
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url.parse().unwrap()))
+        .await
+        .unwrap();
+    match response {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+        Err(e) => (0, e.to_string()),
+    }
+}

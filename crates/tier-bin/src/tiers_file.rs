@@ -8,7 +8,7 @@
 //! ```
 //!
 //! [`parse`] reports every problem at once (Tier, field, rule): shape errors found while reading
-//! the document, then the rules of [`tier_core::DesiredSet`]. Nothing is sent to any API before
+//! the document, then the rules of [`tier_core::DesiredSet`] over every well-formed entry. Nothing is sent to any API before
 //! the file is valid.
 
 use std::fmt;
@@ -122,15 +122,19 @@ pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
             specs.push(spec);
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
+    // The rules apply to every well-formed entry, so one malformed entry hides no other problem.
+    match DesiredSet::new(specs, &ValidationRules::default()) {
+        Ok(set) if problems.is_empty() => Ok(set),
+        Ok(_) => Err(problems),
+        Err(err) => {
+            problems.extend(
+                err.violations()
+                    .iter()
+                    .map(|v| problem(&v.tier, v.field, v.rule.to_string())),
+            );
+            Err(problems)
+        }
     }
-    DesiredSet::new(specs, &ValidationRules::default()).map_err(|err| {
-        err.violations()
-            .iter()
-            .map(|v| problem(&v.tier, v.field, v.rule.to_string()))
-            .collect()
-    })
 }
 
 fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Option<TierSpec> {
@@ -287,6 +291,20 @@ mod tests {
                 .contains("already used by tier \"Bad_Name\""),
             "{:?}",
             problems[2]
+        );
+    }
+
+    #[test]
+    fn a_malformed_entry_hides_no_rule_violation() {
+        let problems = parse("tiers:\n  - {name: a, priority: x}\n  - {name: b, priority: 251}\n")
+            .unwrap_err();
+        let got: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "tier a: priority: must be a whole number between 0 and 255",
+                "tier b: priority: is reserved; choose another priority",
+            ]
         );
     }
 

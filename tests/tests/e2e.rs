@@ -1,0 +1,331 @@
+//! The real `tierd` binary against the in-process test API server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use tier_tests::{Cluster, PATIENCE, TempFile, Tierd, Tls, USER, antrea};
+use tier_testserver::{AdmissionMode, Fault, ServerConfig, Verb, WebhookConfig};
+
+/// Seeds every Antrea Tier with a wrong priority or description, except `keep`.
+fn seed_drifted(cluster: &Cluster) {
+    cluster.seed(
+        "baseline",
+        253,
+        Some("[READ-ONLY]: System generated Baseline Tier"),
+    );
+    cluster.seed("application", 249, Some("edited"));
+    cluster.seed("platform", 200, None);
+}
+
+#[tokio::test]
+async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
+    let cluster = Cluster::antrea().await;
+    let mut tierd = Tierd::run(&cluster, None, &[]).await;
+    let ready = tierd.until_ok("/readyz").await;
+    assert!(cluster.eventually(Cluster::has_antrea_tiers).await);
+    let converged = tierd.started.elapsed();
+    eprintln!("start-to-ready {ready:?}, start-to-converged (observed) {converged:?}");
+    assert_eq!(cluster.server.requests().count(Verb::Create, None), 6);
+    tierd.until_ok("/readyz/system-tiers").await;
+    let (_, metrics) = tierd.get("/metrics").await;
+    assert!(
+        metrics.contains("tierd_tier_state{tier=\"baseline\",state=\"converged\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tierd_system_tiers_initialized 1"),
+        "{metrics}"
+    );
+    // Events: one Created per Tier.
+    let created = cluster
+        .server
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == "Created")
+        .count();
+    assert_eq!(created, 6);
+
+    let signalled = Instant::now();
+    tierd.terminate().await;
+    let status = tierd
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("exit after SIGTERM");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        signalled.elapsed()
+    );
+    assert_eq!(status.code(), Some(0), "{:?}", tierd.logs());
+}
+
+#[tokio::test]
+async fn ensure_corrects_drifted_tiers_with_one_write_each() {
+    let cluster = Cluster::antrea().await;
+    seed_drifted(&cluster);
+    let done = cluster.tierd(&["ensure", "--timeout", "20s"]).await;
+    assert_eq!(done.code(), 0, "{}", done.stderr);
+    assert!(cluster.has_antrea_tiers());
+    let log = cluster.server.requests();
+    assert_eq!(
+        log.count(Verb::Update, Some("baseline")),
+        0,
+        "in sync: untouched"
+    );
+    assert_eq!(log.count(Verb::Update, Some("application")), 1);
+    assert_eq!(log.count(Verb::Update, Some("platform")), 1);
+    assert_eq!(log.count(Verb::Create, None), 3);
+    assert_eq!(log.count(Verb::Get, None), 0, "reads come from the cache");
+}
+
+#[tokio::test]
+async fn a_squatter_blocks_networkops_only_and_readiness_names_it() {
+    let cluster = Cluster::antrea().await;
+    cluster.seed("team-a", 150, Some("a user's Tier"));
+    let tierd = Tierd::run(&cluster, None, &["--ready-requires-tiers"]).await;
+    let others_converged = cluster
+        .eventually(|c| {
+            antrea()
+                .into_iter()
+                .filter(|(n, _, _)| *n != "networkops")
+                .all(|(n, p, d)| c.stored(n) == Some((p, Some(d.to_owned()))))
+        })
+        .await;
+    assert!(others_converged);
+    assert_eq!(cluster.stored("networkops"), None);
+    let deadline = Instant::now() + PATIENCE;
+    let verbose = loop {
+        let (code, body) = tierd.get("/readyz?verbose").await;
+        if body.contains("networkops blocked") || Instant::now() > deadline {
+            break (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(verbose.0, 503, "{}", verbose.1);
+    assert!(
+        verbose.1.contains("[+]tier-cache-synced ok"),
+        "{}",
+        verbose.1
+    );
+    assert!(
+        verbose.1.contains("[-]system-tiers failed:"),
+        "{}",
+        verbose.1
+    );
+    assert!(
+        verbose
+            .1
+            .contains("tier networkops priority 150 overlaps with existing Tier"),
+        "{}",
+        verbose.1
+    );
+
+    // Past the minimum gap between refusals (250 ms), removal is the only thing it waits for.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let removed = Instant::now();
+    cluster.server.store().delete("team-a").unwrap();
+    tierd.until_ok("/readyz").await;
+    let unblocked = removed.elapsed();
+    eprintln!("squatter removed -> converged in {unblocked:?}");
+    assert!(unblocked < Duration::from_secs(1), "{unblocked:?}");
+    assert!(cluster.has_antrea_tiers());
+}
+
+#[tokio::test]
+async fn an_api_outage_with_retry_after_is_ridden_out() {
+    let cluster = Cluster::antrea().await;
+    let outage = cluster
+        .server
+        .inject(Fault::unavailable(Verb::Create).forever().retry_after(1));
+    let tierd = Tierd::run(&cluster, None, &[]).await;
+    tierd.until_ok("/readyz").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = cluster.server.requests().count(Verb::Create, None);
+    // Six Tiers, each at most once per second of Retry-After (plus the first attempt).
+    assert!(
+        (6..=30).contains(&during),
+        "{during} creates during a 3 s outage"
+    );
+    cluster.server.remove_fault(outage);
+    assert!(cluster.eventually(Cluster::has_antrea_tiers).await);
+    drop(tierd);
+}
+
+#[tokio::test]
+async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
+    let tls = Tls::new();
+    // The API server reaches tierd's webhook only while tierd's /readyz answers 200.
+    let cluster = Cluster::start(ServerConfig::default()).await;
+    let tierd = Tierd::run(&cluster, Some(&tls), &[]).await;
+    let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
+        .ca_pem(tls.ca_pem.clone())
+        .ready_url(format!("{}/readyz", tierd.url()));
+    cluster
+        .server
+        .set_admission(AdmissionMode::Webhook(webhook))
+        .unwrap();
+    assert!(
+        cluster.eventually(Cluster::has_antrea_tiers).await,
+        "{:?}",
+        tierd.logs()
+    );
+    // The webhook really reviews: a user Tier at a system priority is denied by tierd.
+    let (code, _) = tierd.get("/readyz").await;
+    assert_eq!(code, 200);
+}
+
+#[tokio::test]
+async fn sigterm_during_a_backoff_exits_at_once_and_writes_nothing_after() {
+    let cluster = Cluster::antrea().await;
+    cluster
+        .server
+        .inject(Fault::unavailable(Verb::Create).forever().retry_after(5));
+    let mut tierd = Tierd::run(&cluster, None, &[]).await;
+    assert!(
+        cluster
+            .eventually(|c| c.server.requests().count(Verb::Create, None) >= 6)
+            .await
+    );
+    let signalled = Instant::now();
+    tierd.terminate().await;
+    let at_signal = cluster.server.requests().count(Verb::Create, None);
+    let status = tierd.wait(Duration::from_secs(2)).await.expect("exit");
+    assert!(signalled.elapsed() < Duration::from_secs(1));
+    assert_eq!(status.code(), Some(0));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        cluster.server.requests().count(Verb::Create, None),
+        at_signal
+    );
+}
+
+#[tokio::test]
+async fn a_bad_tiers_file_exits_2_without_any_request() {
+    let cluster = Cluster::antrea().await;
+    let file = TempFile::with(
+        "tiers",
+        "yaml",
+        "tiers:\n  - {name: Bad_Name, priority: 10}\n  - {name: b, priority: 254}\n  - {name: c, priority: 10, colour: red}\n",
+    );
+    let path = file.0.to_str().unwrap();
+    for command in [
+        vec!["ensure"],
+        vec!["plan"],
+        vec!["run", "--listen", "127.0.0.1:0"],
+    ] {
+        let mut args = command.clone();
+        args.extend(["--tiers", path]);
+        let done = cluster.tierd(&args).await;
+        assert_eq!(done.code(), 2, "{command:?}: {}", done.stderr);
+        for needle in [
+            "tier Bad_Name: name: not a DNS-1123 subdomain",
+            "tier b: priority: is reserved",
+            "tier c: colour: unknown field",
+        ] {
+            assert!(
+                done.stderr.contains(needle),
+                "{command:?} lacks {needle:?}: {}",
+                done.stderr
+            );
+        }
+    }
+    assert_eq!(cluster.server.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn two_replicas_converge_without_lasting_errors() {
+    let cluster = Cluster::antrea().await;
+    seed_drifted(&cluster);
+    let one = Tierd::run(&cluster, None, &["--ready-requires-tiers"]).await;
+    let two = Tierd::run(&cluster, None, &["--ready-requires-tiers"]).await;
+    one.until_ok("/readyz").await;
+    two.until_ok("/readyz").await;
+    assert!(cluster.has_antrea_tiers());
+    let writes = || {
+        let log = cluster.server.requests();
+        log.count(Verb::Create, None) + log.count(Verb::Update, None)
+    };
+    let settled = writes();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(writes(), settled, "no writes once both converged");
+    for tierd in [&one, &two] {
+        let (_, metrics) = tierd.get("/metrics").await;
+        assert!(metrics.contains("tierd_tiers_blocked 0"), "{metrics}");
+        for (name, _, _) in antrea() {
+            let line = format!("tierd_tier_state{{tier=\"{name}\",state=\"converged\"}} 1");
+            assert!(metrics.contains(&line), "{line}: {metrics}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn plan_exit_codes() {
+    let cluster = Cluster::antrea().await;
+    seed_drifted(&cluster);
+    let pending = cluster.tierd(&["plan"]).await;
+    assert_eq!(pending.code(), 2, "{}", pending.stderr);
+    assert!(
+        pending
+            .stdout
+            .contains("application      250       249  update priority and description"),
+        "{}",
+        pending.stdout
+    );
+    assert!(
+        pending
+            .stdout
+            .contains("emergency         50         -  create"),
+        "{}",
+        pending.stdout
+    );
+    assert_eq!(
+        cluster.server.requests().count(Verb::Create, None)
+            + cluster.server.requests().count(Verb::Update, None),
+        0,
+        "plan writes nothing"
+    );
+    assert_eq!(cluster.tierd(&["ensure"]).await.code(), 0);
+    let synced = cluster.tierd(&["plan"]).await;
+    assert_eq!(synced.code(), 0, "{}", synced.stdout);
+
+    let unreachable = TempFile::with(
+        "kubeconfig",
+        "yaml",
+        &cluster
+            .server
+            .kubeconfig_yaml(USER, "gone")
+            .unwrap()
+            .replace(&cluster.server.url(), "http://127.0.0.1:9"),
+    );
+    let down = Cluster {
+        server: tier_testserver::TestApiServer::start(ServerConfig::default())
+            .await
+            .unwrap(),
+        kubeconfig: unreachable,
+    };
+    let failed = down.tierd(&["plan", "--timeout", "1s"]).await;
+    assert_eq!(failed.code(), 1, "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("did not sync within"),
+        "{}",
+        failed.stderr
+    );
+}
+
+#[tokio::test]
+async fn ensure_timeout_names_the_blocked_tier_and_why() {
+    let cluster = Cluster::antrea().await;
+    cluster.seed("team-a", 150, None);
+    let done = cluster.tierd(&["ensure", "--timeout", "2s"]).await;
+    assert_eq!(done.code(), 1, "{}", done.stderr);
+    assert!(
+        done.stderr.contains("not every Tier converged within 2s"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("networkops: blocked: admission webhook \"tiervalidator.antrea.io\" denied the request: tier networkops priority 150 overlaps with existing Tier"),
+        "{}",
+        done.stderr
+    );
+}
