@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,17 +37,23 @@ pub fn antrea() -> Vec<(&'static str, i64, &'static str)> {
 }
 
 /// The path of the `tierd` binary built by cargo for this test run.
+///
+/// Tests live in `target/<profile>/deps/`, binaries in `target/<profile>/`: both are searched.
 pub fn tierd_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>/tierd
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let bin = dir.join(format!("tierd{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.exists(),
-        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build -p tier-bin` first)",
-        bin.display()
-    );
-    bin
+    let name = format!("tierd{}", std::env::consts::EXE_SUFFIX);
+    let dir = exe.parent().unwrap();
+    [Some(dir), dir.parent()]
+        .into_iter()
+        .flatten()
+        .map(|d| d.join(&name))
+        .find(|bin| bin.exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "no {name} next to {}: run the tests with `cargo test --workspace` (or `cargo build -p tier-bin` first)",
+                exe.display()
+            )
+        })
 }
 
 /// A file removed on drop.
@@ -314,6 +320,11 @@ impl Tierd {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or_default()
     }
 
     /// Sends SIGTERM.

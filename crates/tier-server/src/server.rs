@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::serve::ListenerExt;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
@@ -183,6 +184,10 @@ impl Server {
             }
             None => {
                 tracing::info!(%addr, "serving HTTP");
+                // Small responses must not wait for the peer's delayed ACK.
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 axum::serve(listener, self.router)
                     .with_graceful_shutdown(shutdown)
                     .await

@@ -360,7 +360,11 @@ impl axum::serve::Listener for TlsListener {
             let busy = !self.handshakes.is_empty();
             tokio::select! {
                 accepted = self.tcp.accept(), if room => match accepted {
-                    Ok((stream, addr)) => self.start_handshake(stream, addr),
+                    Ok((stream, addr)) => {
+                        // Small responses must not wait for the peer's delayed ACK.
+                        let _ = stream.set_nodelay(true);
+                        self.start_handshake(stream, addr)
+                    }
                     Err(error) => accept_error(error).await,
                 },
                 Some(done) = self.handshakes.next(), if busy => {

@@ -303,6 +303,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             () = crate::util::stopped(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    // As kube-apiserver (Go enables TCP_NODELAY by default): without it, a
+                    // watch event written in pieces waits for the client's delayed ACK.
+                    let _ = stream.set_nodelay(true);
                     tokio::spawn(serve_connection(stream, Arc::clone(&shared)));
                 }
                 Err(error) => {
