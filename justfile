@@ -17,5 +17,16 @@ lint:
 demo:
     cargo run -p tier-bin -- demo
 
-# What CI runs.
+# The deterministic simulation: 10,000 seeds of tierd, Antrea's old and new initializers.
+sim seeds="10000":
+    cargo run -p tier-sim --release -- --seeds {{seeds}} --strategy all
+
+# Benchmarks (numbers printed as tables; see docs/PERFORMANCE.md).
+bench *args:
+    cargo build --release -p tier-bin --bin tierd
+    cargo run --release -p tier-bench -- {{args}}
+
+# What CI runs (see .ci/run): lint, tests (incl. 500 simulation seeds), short bench and sim.
 ci: lint test
+    cargo run -p tier-sim -- --seeds 300 --strategy tierd
+    cargo run -p tier-bench -- --runs 1 --seeds 20 --requests 500

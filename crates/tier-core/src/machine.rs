@@ -284,8 +284,10 @@ pub struct TierMachine {
     attempt: u32,
     last_error: Option<WriteError>,
     blocked_since: Option<Instant>,
-    /// Our last write succeeded and nothing was written since: a further write is a correction.
-    wrote_ok: bool,
+    /// The fingerprint our last successful write was based on, while no correction was made
+    /// since. A write decided on an observation that differs from it corrects someone else's
+    /// change; one decided on the same observation only retries a write the cache never showed.
+    written_basis: Option<Fingerprint>,
     hold_served: bool,
     contest_level: u32,
     last_correction: Option<Instant>,
@@ -308,7 +310,7 @@ impl TierMachine {
             attempt: 0,
             last_error: None,
             blocked_since: None,
-            wrote_ok: false,
+            written_basis: None,
             hold_served: false,
             contest_level: 0,
             last_correction: None,
@@ -368,7 +370,7 @@ impl TierMachine {
                 self.attempt = 0;
                 self.last_error = None;
                 self.blocked_since = None;
-                self.wrote_ok = true;
+                self.written_basis = Some(basis.clone());
                 self.phase = Phase::AwaitEcho {
                     basis,
                     deadline: now + self.config.echo_timeout,
@@ -440,7 +442,11 @@ impl TierMachine {
                 resource_version,
             },
         };
-        if self.wrote_ok {
+        let correction = self
+            .written_basis
+            .as_ref()
+            .is_some_and(|basis| *basis != self.fingerprint());
+        if correction {
             // Someone changed what we wrote: this write is a correction.
             if self.quiet_since_last_correction(now) {
                 self.contest_level = 0;
@@ -452,9 +458,9 @@ impl TierMachine {
             self.contest_level = self.contest_level.saturating_add(1);
             self.last_correction = Some(now);
             self.corrections += 1;
+            self.written_basis = None;
         }
         self.hold_served = false;
-        self.wrote_ok = false;
         self.phase = Phase::InFlight {
             basis: self.fingerprint(),
             generation: self.generation,

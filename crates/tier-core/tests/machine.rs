@@ -349,3 +349,27 @@ fn state_labels_are_listed() {
     let labels: Vec<&str> = states.iter().map(TierState::as_str).collect();
     assert_eq!(labels, TierState::LABELS);
 }
+
+#[test]
+fn retrying_a_write_the_cache_never_showed_is_not_a_correction() {
+    // The cache lags beyond the echo timeout: the machine writes again on the old version (a
+    // harmless Conflict), which is a retry, not a correction of someone else's change.
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(present(1, "", "5"), 1, t0);
+    assert!(m.poll_action(t0).is_some());
+    m.handle_outcome(Ok(()), t0);
+    let deadline = m.poll_timeout().unwrap();
+    assert!(
+        m.poll_action(deadline).is_some(),
+        "retry after the echo timeout"
+    );
+    m.handle_outcome(Err(WriteError::stale("Conflict")), deadline);
+    assert_eq!(m.status().corrections, 0);
+    // The cache catches up with our write, then someone edits the Tier: that is a correction.
+    m.handle_observation(present(253, "desc", "6"), 2, deadline + MS);
+    assert!(m.is_converged());
+    m.handle_observation(present(253, "edited", "7"), 3, deadline + 2 * MS);
+    assert!(m.poll_action(deadline + 2 * MS).is_some());
+    assert_eq!(m.status().corrections, 1);
+}

@@ -1,0 +1,79 @@
+//! `tier-bench`: tierd's benchmarks, printed as tables (`just bench`). Numbers, not assertions.
+//!
+//! 1. Start-up: synced and converged times of tierd and Antrea's sequential strategy through the
+//!    real kube adapter against the test API server, with 0 ms and 20 ms per call; the real
+//!    `tierd` binary's start-to-ready and start-to-converged.
+//! 2. API requests per convergence: no faults (writes = drifted Tiers, no GET), and the mean
+//!    writes under 30 % transient faults (in-memory backend, virtual time, many seeds).
+//! 3. From a blocker's removal to convergence (virtual time).
+//! 4. Webhook admission latency (p50, p99) and throughput over loopback TLS.
+//! 5. Peak RSS of `tierd run`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod memory;
+mod startup;
+mod webhook;
+
+use clap::Parser;
+
+/// Command line of `tier-bench`.
+#[derive(Debug, Parser)]
+#[command(about = "tierd's benchmarks; prints tables")]
+struct Cli {
+    /// Repetitions of each start-up measurement (the median is shown).
+    #[arg(long, default_value_t = 7)]
+    runs: usize,
+    /// Seeds of the in-memory measurements.
+    #[arg(long, default_value_t = 500)]
+    seeds: u64,
+    /// Webhook requests to send.
+    #[arg(long, default_value_t = 20_000)]
+    requests: usize,
+    /// Only these sections (startup, requests, unblock, webhook, rss); default all.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let want = |s: &str| cli.only.is_empty() || cli.only.iter().any(|o| o == s);
+    println!(
+        "tier-bench on {} core(s)\n",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    if want("startup") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(startup::adapters(cli.runs));
+        rt.block_on(startup::binary(cli.runs));
+        rt.block_on(startup::requests());
+    }
+    if want("requests") {
+        memory::writes_under_faults(cli.seeds);
+    }
+    if want("unblock") {
+        memory::unblocking(cli.seeds.min(100));
+    }
+    if want("webhook") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(webhook::latency(cli.requests));
+    }
+    if want("rss") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(startup::peak_rss());
+    }
+}
+
+/// The median of `values` (sorted in place); zero when empty.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or_default()
+}
+
+/// The `q` quantile (0..=1) of sorted `values`.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}

@@ -1,0 +1,485 @@
+//! The invariant checks: decorators around one initializer's ports that check every call, and a
+//! [`Journal`] of the violations (and, when verbose, of everything that happened).
+//!
+//! - [`CheckingWriter`] checks every write as it starts: the initializer's cache has synced, the
+//!   name is in the desired set, the fields are the desired ones, no other call of this
+//!   initializer for that Tier is in flight.
+//! - [`CheckingLister`] records every snapshot the initializer observes, by generation.
+//! - [`Checks::check_status`] checks the initializer's published status (run on every port call
+//!   and on every status change, by [`watch_status`]): a Tier reported converged is in sync in
+//!   the snapshot the status was computed from, and in the store whenever the cache has caught
+//!   up with it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tier_core::{
+    DesiredSet, Generation, Observed, Snapshot, Status, StatusHandle, TierLister, TierSpec,
+    TierState, TierWriter, WriteError, in_sync,
+};
+use tier_memory::{MemoryCluster, MemoryLister};
+use tokio::time::Instant;
+
+/// The most violations a journal keeps (it still counts the rest).
+const MAX_KEPT: usize = 64;
+
+/// Which invariant a [`Violation`] breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Invariant {
+    /// A write started before the initializer's cache completed its first list.
+    WriteBeforeSync,
+    /// A write to a name outside the desired set.
+    OutsideDesiredSet,
+    /// A write of a desired name with other fields than the desired ones.
+    UndesiredFields,
+    /// Two calls of one initializer for one Tier in flight at once.
+    OverlappingCalls,
+    /// The published status disagrees with the cache or the store.
+    StatusMismatch,
+    /// Faults and blockers were gone, yet not everything converged within the bound.
+    NoConvergence,
+    /// After converging, an initializer wrote again or stopped reporting convergence.
+    NotQuiescent,
+}
+
+impl Invariant {
+    /// A short kebab-case label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Invariant::WriteBeforeSync => "write-before-sync",
+            Invariant::OutsideDesiredSet => "outside-desired-set",
+            Invariant::UndesiredFields => "undesired-fields",
+            Invariant::OverlappingCalls => "overlapping-calls",
+            Invariant::StatusMismatch => "status-mismatch",
+            Invariant::NoConvergence => "no-convergence",
+            Invariant::NotQuiescent => "not-quiescent",
+        }
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// When (virtual time since the run started).
+    pub at: Duration,
+    /// The initializer's client name (`harness` for run-wide checks).
+    pub initializer: String,
+    /// The invariant.
+    pub invariant: Invariant,
+    /// What exactly was seen.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "at {}: {}: {}: {}",
+            secs(self.at),
+            self.initializer,
+            self.invariant,
+            self.detail
+        )
+    }
+}
+
+/// A duration as seconds with millisecond precision, e.g. `12.345s`.
+pub fn secs(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What one run records: violations and, when verbose, a timeline. Stamps use virtual time since
+/// the journal was created. Cheap to clone; clones share the journal.
+#[derive(Clone, Debug)]
+pub struct Journal {
+    start: Instant,
+    verbose: bool,
+    state: Arc<Mutex<JournalState>>,
+}
+
+#[derive(Debug, Default)]
+struct JournalState {
+    violations: Vec<Violation>,
+    dropped: usize,
+    trace: Vec<String>,
+}
+
+impl Journal {
+    /// A journal starting now; `verbose` keeps a timeline too.
+    pub fn new(verbose: bool) -> Self {
+        Self {
+            start: Instant::now(),
+            verbose,
+            state: Arc::default(),
+        }
+    }
+
+    /// Virtual time since the journal was created.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// The instant `offset` after the journal was created.
+    pub fn at(&self, offset: Duration) -> Instant {
+        self.start + offset
+    }
+
+    /// Records a violation (and notes it in the timeline).
+    pub fn violation(&self, initializer: &str, invariant: Invariant, detail: String) {
+        let violation = Violation {
+            at: self.elapsed(),
+            initializer: initializer.to_owned(),
+            invariant,
+            detail,
+        };
+        let mut state = lock(&self.state);
+        if self.verbose {
+            state.trace.push(format!("{violation}  <-- VIOLATION"));
+        }
+        if state.violations.len() < MAX_KEPT {
+            state.violations.push(violation);
+        } else {
+            state.dropped += 1;
+        }
+    }
+
+    /// Adds a timeline line (built only when verbose).
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        if self.verbose {
+            let line = format!("{:>9} {}", secs(self.elapsed()), line());
+            lock(&self.state).trace.push(line);
+        }
+    }
+
+    /// The violations kept so far, in order.
+    pub fn violations(&self) -> Vec<Violation> {
+        lock(&self.state).violations.clone()
+    }
+
+    /// How many violations were recorded in all (kept or not).
+    pub fn violation_count(&self) -> usize {
+        let state = lock(&self.state);
+        state.violations.len() + state.dropped
+    }
+
+    /// The timeline (empty unless verbose).
+    pub fn trace(&self) -> Vec<String> {
+        lock(&self.state).trace.clone()
+    }
+}
+
+/// The checks of one initializer, shared by its decorators and its status watcher.
+#[derive(Debug)]
+pub struct Checks {
+    name: String,
+    desired: DesiredSet,
+    cache: MemoryLister,
+    cluster: MemoryCluster,
+    journal: Journal,
+    state: Mutex<CheckState>,
+}
+
+#[derive(Debug, Default)]
+struct CheckState {
+    /// Calls in flight per Tier name.
+    in_flight: BTreeMap<String, usize>,
+    /// Every snapshot observed by the initializer, by generation, from the oldest generation a
+    /// status may still refer to.
+    snapshots: BTreeMap<Generation, Snapshot>,
+    status: Option<StatusHandle>,
+    /// The last state label and correction count of every Tier, for the timeline.
+    states: Vec<(&'static str, u64)>,
+}
+
+impl Checks {
+    /// The checks of initializer `name`, whose own cache is `cache`, in `cluster`.
+    pub fn new(
+        name: &str,
+        desired: DesiredSet,
+        cache: MemoryLister,
+        cluster: MemoryCluster,
+        journal: Journal,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.to_owned(),
+            desired,
+            cache,
+            cluster,
+            journal,
+            state: Mutex::default(),
+        })
+    }
+
+    /// The initializer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks the initializer's published status from now on.
+    pub fn attach(&self, status: StatusHandle) {
+        lock(&self.state).status = Some(status);
+    }
+
+    fn violation(&self, invariant: Invariant, detail: String) {
+        self.journal.violation(&self.name, invariant, detail);
+    }
+
+    /// Checks a write as it starts; the returned guard marks it in flight until dropped.
+    fn call_starts(&self, verb: &str, tier: &TierSpec) -> InFlight<'_> {
+        self.check_status();
+        self.journal.note(|| {
+            format!(
+                "{} {verb} {} (priority {}, description {:?})",
+                self.name, tier.name, tier.priority, tier.description
+            )
+        });
+        if !self.cache.is_synced() {
+            self.violation(
+                Invariant::WriteBeforeSync,
+                format!("{verb} {} before its cache synced", tier.name),
+            );
+        }
+        match self.desired.get(&tier.name) {
+            None => self.violation(
+                Invariant::OutsideDesiredSet,
+                format!("{verb} {} which is not a desired Tier", tier.name),
+            ),
+            Some(want) if want != tier => self.violation(
+                Invariant::UndesiredFields,
+                format!("{verb} {tier:?}, desired {want:?}"),
+            ),
+            Some(_) => {}
+        }
+        let mut state = lock(&self.state);
+        let n = state.in_flight.entry(tier.name.clone()).or_insert(0);
+        *n += 1;
+        if *n > 1 {
+            let n = *n;
+            drop(state);
+            self.violation(
+                Invariant::OverlappingCalls,
+                format!("{n} calls for {} in flight at once", tier.name),
+            );
+        }
+        InFlight {
+            checks: self,
+            name: tier.name.clone(),
+        }
+    }
+
+    fn call_ends(&self, verb: &str, tier: &TierSpec, result: &Result<(), WriteError>) {
+        self.journal.note(|| match result {
+            Ok(()) => format!("{} {verb} {} ok", self.name, tier.name),
+            Err(e) => format!("{} {verb} {} failed: {e}", self.name, tier.name),
+        });
+    }
+
+    /// Records a snapshot the initializer observed (after checking the status published so far).
+    fn observed(&self, snapshot: &Snapshot) {
+        self.check_status();
+        let mut state = lock(&self.state);
+        state
+            .snapshots
+            .entry(snapshot.generation)
+            .or_insert_with(|| snapshot.clone());
+    }
+
+    /// Checks the latest published status against the snapshot it was computed from, the cache
+    /// and the store. A no-op before [`attach`](Self::attach).
+    pub fn check_status(&self) {
+        let Some(status) = lock(&self.state).status.as_ref().map(StatusHandle::current) else {
+            return;
+        };
+        if status.synced && !self.cache.is_synced() {
+            self.violation(
+                Invariant::StatusMismatch,
+                "status says synced but the cache has not completed its first list".to_owned(),
+            );
+        }
+        let converged: Vec<&str> = status
+            .tiers
+            .iter()
+            .filter(|t| t.state == TierState::Converged)
+            .map(|t| t.name.as_str())
+            .collect();
+        if !converged.is_empty() {
+            self.check_converged(&status, &converged);
+        }
+        let mut state = lock(&self.state);
+        // Statuses only move forward: older snapshots are never needed again.
+        state.snapshots = state.snapshots.split_off(&status.generation);
+        self.note_transitions(&mut state, &status);
+    }
+
+    fn check_converged(&self, status: &Status, converged: &[&str]) {
+        let snapshot = lock(&self.state).snapshots.get(&status.generation).cloned();
+        let Some(snapshot) = snapshot else {
+            self.violation(
+                Invariant::StatusMismatch,
+                format!(
+                    "status reports converged Tiers at generation {}, which the initializer \
+                     never observed",
+                    status.generation
+                ),
+            );
+            return;
+        };
+        let current = self.cache.snapshot();
+        let caught_up = current.generation == status.generation && self.cache.pending() == 0;
+        for name in converged {
+            let Some(want) = self.desired.get(name) else {
+                self.violation(
+                    Invariant::StatusMismatch,
+                    format!("status reports {name}, which is not desired"),
+                );
+                continue;
+            };
+            match snapshot.observe(name) {
+                Observed::Present(seen) if in_sync(want, &seen) => {}
+                other => self.violation(
+                    Invariant::StatusMismatch,
+                    format!(
+                        "status reports {name} converged at generation {}, where the cache \
+                         showed {other:?}",
+                        status.generation
+                    ),
+                ),
+            }
+            // The cache has applied every change written so far: it equals the store.
+            if caught_up && !self.cluster.get(name).is_some_and(|t| in_sync(want, &t)) {
+                self.violation(
+                    Invariant::StatusMismatch,
+                    format!(
+                        "status reports {name} converged, the store holds {:?}",
+                        self.cluster.get(name)
+                    ),
+                );
+            }
+        }
+    }
+
+    fn note_transitions(&self, state: &mut CheckState, status: &Status) {
+        let labels: Vec<(&'static str, u64)> = status
+            .tiers
+            .iter()
+            .map(|t| (t.state.as_str(), t.corrections))
+            .collect();
+        if labels != state.states {
+            self.journal.note(|| {
+                let tiers: Vec<String> = status
+                    .tiers
+                    .iter()
+                    .map(|t| match t.corrections {
+                        0 => format!("{}={}", t.name, t.state.as_str()),
+                        n => format!("{}={}(corrections {n})", t.name, t.state.as_str()),
+                    })
+                    .collect();
+                format!(
+                    "{} status (generation {}): {}",
+                    self.name,
+                    status.generation,
+                    tiers.join(" ")
+                )
+            });
+            state.states = labels;
+        }
+    }
+}
+
+/// Marks one call in flight until dropped (also when the caller drops the call).
+struct InFlight<'a> {
+    checks: &'a Checks,
+    name: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.checks.state);
+        if let Some(n) = state.in_flight.get_mut(&self.name) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// A [`TierWriter`] decorator checking every call as it starts (see the [module docs](self)).
+#[derive(Debug)]
+pub struct CheckingWriter<W> {
+    inner: W,
+    checks: Arc<Checks>,
+}
+
+impl<W> CheckingWriter<W> {
+    /// Checks every call made through `inner`.
+    pub fn new(inner: W, checks: Arc<Checks>) -> Self {
+        Self { inner, checks }
+    }
+}
+
+#[async_trait]
+impl<W: TierWriter> TierWriter for CheckingWriter<W> {
+    async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
+        let _call = self.checks.call_starts("create", tier);
+        let result = self.inner.create(tier).await;
+        self.checks.call_ends("create", tier, &result);
+        result
+    }
+
+    async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
+        let _call = self.checks.call_starts("update", tier);
+        let result = self.inner.update(tier, resource_version).await;
+        self.checks.call_ends("update", tier, &result);
+        result
+    }
+}
+
+/// A [`TierLister`] decorator recording every snapshot handed out, for the status checks.
+#[derive(Debug)]
+pub struct CheckingLister<L> {
+    inner: L,
+    checks: Arc<Checks>,
+}
+
+impl<L> CheckingLister<L> {
+    /// Records every snapshot read through `inner`.
+    pub fn new(inner: L, checks: Arc<Checks>) -> Self {
+        Self { inner, checks }
+    }
+}
+
+#[async_trait]
+impl<L: TierLister> TierLister for CheckingLister<L> {
+    async fn wait_synced(&self) {
+        self.inner.wait_synced().await;
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let snapshot = self.inner.snapshot();
+        self.checks.observed(&snapshot);
+        snapshot
+    }
+
+    async fn changed(&self, seen: Generation) {
+        self.inner.changed(seen).await;
+    }
+}
+
+/// Checks every status change of an initializer until its driver is gone.
+pub async fn watch_status(mut status: StatusHandle, checks: Arc<Checks>) {
+    checks.check_status();
+    while status.changed().await.is_ok() {
+        checks.check_status();
+    }
+}

@@ -1,0 +1,250 @@
+//! Summaries of many runs: per strategy, and the comparison table of strategies on the same
+//! seeds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::check::Invariant;
+use crate::sim::{SeedReport, Strategy};
+
+/// Count, mean and maximum of a series.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// How many values.
+    pub count: usize,
+    /// Their sum.
+    pub sum: f64,
+    /// The largest (0 when empty).
+    pub max: f64,
+}
+
+impl Stats {
+    /// Adds a value.
+    pub fn add(&mut self, value: f64) {
+        self.count += 1;
+        self.sum += value;
+        self.max = self.max.max(value);
+    }
+
+    /// The mean, if any value was added.
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
+
+    /// `mean/max` with `digits` decimals, or `-` when empty.
+    pub fn show(&self, digits: usize) -> String {
+        match self.mean() {
+            Some(mean) => format!("{mean:.digits$}/{:.digits$}", self.max),
+            None => "-".to_owned(),
+        }
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// What the runs of one strategy showed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Runs summarized.
+    pub seeds: usize,
+    /// Runs without violation that converged.
+    pub passed: usize,
+    /// Runs that converged (see [`SeedReport::converged`]).
+    pub converged: usize,
+    /// Runs whose every desired Tier had its desired priority at the end.
+    pub priorities_ok: usize,
+    /// Runs where some initializer was still retrying at the end (baselines only).
+    pub stuck: usize,
+    /// Runs with at least one violation, per invariant.
+    pub violations: BTreeMap<Invariant, usize>,
+    /// Write calls per run.
+    pub writes: Stats,
+    /// Seconds from the start until the store was exactly desired for good (converged runs).
+    pub settled_at: Stats,
+    /// Seconds after faults stopped until everything converged (tierd).
+    pub after_quiet: Stats,
+    /// tierd's convergence bound, in seconds.
+    pub bound: Stats,
+}
+
+impl Summary {
+    /// Summarizes `reports`.
+    pub fn of<'a>(reports: impl IntoIterator<Item = &'a SeedReport>) -> Self {
+        let mut s = Summary::default();
+        for r in reports {
+            s.seeds += 1;
+            s.passed += usize::from(r.passed());
+            s.converged += usize::from(r.converged);
+            s.priorities_ok += usize::from(r.priorities_settled_at.is_some());
+            s.stuck += usize::from(r.unfinished > 0);
+            let kinds: BTreeSet<Invariant> = r.violations.iter().map(|v| v.invariant).collect();
+            for kind in kinds {
+                *s.violations.entry(kind).or_default() += 1;
+            }
+            s.writes.add(r.writes as f64);
+            if r.converged
+                && let Some(at) = r.settled_at
+            {
+                s.settled_at.add(secs(at));
+            }
+            if let Some(after) = r.converged_after_quiet {
+                s.after_quiet.add(secs(after));
+            }
+            s.bound.add(secs(r.bound));
+        }
+        s
+    }
+
+    /// The violations as `kind:runs, ...`, or `none`.
+    pub fn violations_line(&self) -> String {
+        if self.violations.is_empty() {
+            return "none".to_owned();
+        }
+        self.violations
+            .iter()
+            .map(|(kind, n)| format!("{kind}:{n}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// The summary of tierd's runs, as printed after a run of many seeds.
+pub fn tierd_summary(reports: &[SeedReport]) -> String {
+    let mine: Vec<&SeedReport> = reports
+        .iter()
+        .filter(|r| r.strategy == Strategy::Tierd)
+        .collect();
+    let s = Summary::of(mine.iter().copied());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "tierd: {} seed(s), {} passed, {} failed",
+        s.seeds,
+        s.passed,
+        s.seeds - s.passed
+    );
+    let _ = writeln!(
+        out,
+        "  converged after faults stopped (s, mean/max): {}   bound (s, mean/max): {}",
+        s.after_quiet.show(2),
+        s.bound.show(2)
+    );
+    let _ = writeln!(
+        out,
+        "  writes per seed (mean/max): {}   settled from start (s, mean/max): {}",
+        s.writes.show(1),
+        s.settled_at.show(1)
+    );
+    let tightest = mine
+        .iter()
+        .filter_map(|r| Some((r, r.converged_after_quiet?)))
+        .max_by(|(a, at), (b, bt)| {
+            let slack = |r: &SeedReport, d: &Duration| r.bound.saturating_sub(*d);
+            slack(b, bt).cmp(&slack(a, at)).then(b.seed.cmp(&a.seed))
+        });
+    if let Some((r, after)) = tightest {
+        let _ = writeln!(
+            out,
+            "  closest to its bound: seed {} converged {:.2}s after faults stopped, bound {:.2}s",
+            r.seed,
+            secs(after),
+            secs(r.bound)
+        );
+    }
+    let _ = writeln!(out, "  violations (seeds): {}", s.violations_line());
+    let spurious: Vec<u64> = mine
+        .iter()
+        .filter(|r| !r.adversary && r.corrections > 0)
+        .map(|r| r.seed)
+        .collect();
+    if let Some(first) = spurious.first() {
+        let _ = writeln!(
+            out,
+            "  finding: corrections reported without any adversary on {} seed(s), first: seed {first}",
+            spurious.len()
+        );
+    }
+    out
+}
+
+/// The comparison table of every strategy present in `reports`, over all seeds and over the
+/// seeds resembling issue 6694, with and without an adversary.
+pub fn comparison_table(reports: &[SeedReport]) -> String {
+    type Filter = fn(&SeedReport) -> bool;
+    let subsets: [(&str, Filter); 4] = [
+        ("all seeds", |_| true),
+        ("seeds resembling issue 6694", |r| r.issue_6694),
+        ("seeds without adversary", |r| !r.adversary),
+        ("seeds with adversary", |r| r.adversary),
+    ];
+    let strategies: BTreeSet<Strategy> = reports.iter().map(|r| r.strategy).collect();
+    let tierd_settle: BTreeMap<u64, Duration> = reports
+        .iter()
+        .filter(|r| r.strategy == Strategy::Tierd && r.converged)
+        .filter_map(|r| r.settled_at.map(|at| (r.seed, at)))
+        .collect();
+    let mut out = String::new();
+    for (title, filter) in subsets {
+        let _ = writeln!(out, "{title}:");
+        let _ = writeln!(
+            out,
+            "  {:<11} {:>6} {:>10} {:>8} {:>6} {:>13} {:>13} {:>12}  safety violations (seeds)",
+            "strategy",
+            "seeds",
+            "converged",
+            "prio ok",
+            "stuck",
+            "writes m/max",
+            "settle s m/mx",
+            "vs tierd s"
+        );
+        for &strategy in &strategies {
+            let mine: Vec<&SeedReport> = reports
+                .iter()
+                .filter(|r| r.strategy == strategy && filter(r))
+                .collect();
+            let s = Summary::of(mine.iter().copied());
+            let mut delta = Stats::default();
+            for r in mine.iter().filter(|r| r.converged) {
+                if let (Some(at), Some(tierd)) = (r.settled_at, tierd_settle.get(&r.seed)) {
+                    delta.add(secs(at) - secs(*tierd));
+                }
+            }
+            let delta = delta
+                .mean()
+                .map_or_else(|| "-".to_owned(), |d| format!("{d:+.1}"));
+            let mut safety = s.violations.clone();
+            safety.remove(&Invariant::NoConvergence);
+            safety.remove(&Invariant::NotQuiescent);
+            let safety = Summary {
+                violations: safety,
+                ..Summary::default()
+            }
+            .violations_line();
+            let _ = writeln!(
+                out,
+                "  {:<11} {:>6} {:>10} {:>8} {:>6} {:>13} {:>13} {:>12}  {}",
+                strategy.as_str(),
+                s.seeds,
+                s.converged,
+                s.priorities_ok,
+                s.stuck,
+                s.writes.show(1),
+                s.settled_at.show(1),
+                delta,
+                safety
+            );
+        }
+    }
+    out.push_str(
+        "converged: tierd every initializer reported convergence and the store is exactly \
+         desired; baselines the store is exactly desired at the end. prio ok: every desired \
+         priority right at the end. stuck: an initializer still retrying at the end. settle: \
+         seconds from the start until the store was exactly desired for good. vs tierd: mean \
+         difference of settle on the seeds both converged.\n",
+    );
+    out
+}

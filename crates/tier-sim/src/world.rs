@@ -1,0 +1,148 @@
+//! The world of one run: the cluster as the scenario starts it, the adversary and the webhook's
+//! recovery, the end of the fault phase, and a follower of the store.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tier_core::{DesiredSet, ObservedTier, TierLister, TierSpec, in_sync};
+use tier_memory::{Admission, CacheConfig, MemoryCluster, RandomFaults, Verb};
+use tokio::task::JoinHandle;
+use tokio::time::sleep_until;
+
+use crate::check::Journal;
+use crate::scenario::{AdversaryAction, Scenario};
+
+/// Builds the cluster of `scenario`: its starting Tiers, webhook and faults.
+pub(crate) fn build_cluster(scenario: &Scenario) -> MemoryCluster {
+    let cluster = MemoryCluster::builder()
+        .with_tiers(scenario.start.iter().cloned())
+        .admission(Admission::antrea().reading(scenario.webhook.view))
+        .lag(scenario.webhook.lag)
+        .build();
+    let plan = &scenario.faults;
+    let mut random = RandomFaults::new(scenario.seed)
+        .failing(plan.fail)
+        .losing_responses(plan.lose_response)
+        .latency(plan.max_latency);
+    if let Some(after) = plan.retry_after {
+        random = random.retry_after(after);
+    }
+    cluster.faults().random(random);
+    for verb in [Verb::Create, Verb::Update] {
+        if plan.hangs > 0 {
+            cluster.faults().fail_next(verb, plan.hangs).hang();
+        }
+    }
+    if !scenario.webhook.unreachable_until.is_zero() {
+        cluster.set_webhook_reachable(false);
+    }
+    cluster
+}
+
+/// Plays the adversary's schedule and the webhook's recovery.
+pub(crate) async fn play_world(cluster: MemoryCluster, scenario: Scenario, journal: Journal) {
+    let mut webhook_down = !scenario.webhook.unreachable_until.is_zero();
+    for event in &scenario.adversary {
+        if webhook_down && scenario.webhook.unreachable_until <= event.at {
+            sleep_until(journal.at(scenario.webhook.unreachable_until)).await;
+            reachable(&cluster, &journal);
+            webhook_down = false;
+        }
+        sleep_until(journal.at(event.at)).await;
+        let result = match &event.action {
+            AdversaryAction::Squat { name, priority } => cluster
+                .create_raw(&TierSpec::new(name, *priority, "a user Tier"))
+                .map(drop),
+            AdversaryAction::Unsquat { name } | AdversaryAction::DeleteSystem { name } => {
+                cluster.delete(name).map(drop)
+            }
+            AdversaryAction::EditPriority { name, priority } => {
+                cluster.edit(name, |t| t.priority = *priority).map(drop)
+            }
+            AdversaryAction::EditDescription { name, description } => cluster
+                .edit(name, |t| description.clone_into(&mut t.description))
+                .map(drop),
+        };
+        journal.note(|| format!("adversary {:?}: {result:?}", event.action));
+    }
+    if webhook_down {
+        sleep_until(journal.at(scenario.webhook.unreachable_until)).await;
+        reachable(&cluster, &journal);
+    }
+}
+
+fn reachable(cluster: &MemoryCluster, journal: &Journal) {
+    cluster.set_webhook_reachable(true);
+    journal.note(|| "webhook reachable".to_owned());
+}
+
+/// Stops faults, makes the webhook reachable and deletes every Tier outside the desired set.
+pub(crate) fn quiet(cluster: &MemoryCluster, desired: &DesiredSet, journal: &Journal) {
+    cluster.faults().clear();
+    cluster.set_webhook_reachable(true);
+    let blockers: Vec<String> = cluster
+        .tiers()
+        .into_keys()
+        .filter(|name| desired.get(name).is_none())
+        .collect();
+    for name in &blockers {
+        // Nothing else deletes Tiers now: it exists.
+        let _ = cluster.delete(name);
+    }
+    journal.note(|| format!("quiet: faults stopped, blockers removed: {blockers:?}"));
+}
+
+/// Since when the store has matched the desired set (exactly, and by priority only).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Settle {
+    /// Exactly desired since, if so now.
+    pub(crate) exact: Option<Duration>,
+    /// Every priority desired since, if so now.
+    pub(crate) priorities: Option<Duration>,
+}
+
+/// Follows every change of the store through a cache without lag, recording since when it has
+/// matched the desired set.
+pub(crate) fn observe_store(
+    cluster: &MemoryCluster,
+    desired: &DesiredSet,
+    journal: &Journal,
+) -> (JoinHandle<()>, Arc<Mutex<Settle>>) {
+    let settle = Arc::new(Mutex::new(Settle::default()));
+    let cache = cluster.cache(CacheConfig::default());
+    let (cluster, desired, journal, shared) = (
+        cluster.clone(),
+        desired.clone(),
+        journal.clone(),
+        Arc::clone(&settle),
+    );
+    let task = tokio::spawn(async move {
+        loop {
+            let generation = cache.snapshot().generation;
+            let now = journal.elapsed();
+            let exact = store_matches(&cluster, &desired, in_sync);
+            let priorities = store_matches(&cluster, &desired, |want, seen| {
+                want.priority == seen.priority
+            });
+            {
+                let mut settle = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                settle.exact = exact.then(|| settle.exact.unwrap_or(now));
+                settle.priorities = priorities.then(|| settle.priorities.unwrap_or(now));
+            }
+            cache.changed(generation).await;
+        }
+    });
+    (task, settle)
+}
+
+pub(crate) fn store_matches(
+    cluster: &MemoryCluster,
+    desired: &DesiredSet,
+    same: impl Fn(&TierSpec, &ObservedTier) -> bool,
+) -> bool {
+    desired.tiers().iter().all(|want| {
+        cluster
+            .get(&want.name)
+            .is_some_and(|seen| same(want, &seen))
+    })
+}

@@ -1,0 +1,136 @@
+//! The checks can fail: deliberately broken initializers are caught, each by its invariant.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use tier_core::DesiredSet;
+use tier_sim::{Invariant, Sabotage, Scenario, SeedReport, SimConfig, run_scenario, run_seeds};
+
+/// One initializer whose cache syncs 2 s late, an empty store, latency but no failures, no
+/// adversary.
+fn empty_store() -> Scenario {
+    let mut s = Scenario::issue_6694();
+    s.start.clear();
+    s.faults.max_latency = Duration::from_millis(500);
+    s
+}
+
+fn sabotaged(scenario: &Scenario, sabotage: Sabotage) -> SeedReport {
+    let config = SimConfig {
+        sabotage: Some(sabotage),
+        ..SimConfig::default()
+    };
+    run_scenario(scenario, &config).unwrap()
+}
+
+fn kinds(report: &SeedReport) -> Vec<Invariant> {
+    let mut kinds: Vec<Invariant> = report.violations.iter().map(|v| v.invariant).collect();
+    kinds.dedup();
+    kinds
+}
+
+#[test]
+fn the_honest_initializer_passes_these_scenarios() {
+    for scenario in [empty_store(), Scenario::issue_6694()] {
+        let report = run_scenario(&scenario, &SimConfig::default()).unwrap();
+        assert!(report.passed(), "{:?}", report.violations);
+    }
+}
+
+#[test]
+fn writing_before_the_cache_synced_is_caught() {
+    let report = sabotaged(&empty_store(), Sabotage::EarlySync);
+    assert!(!report.passed());
+    assert!(
+        kinds(&report).contains(&Invariant::WriteBeforeSync),
+        "{report:#?}"
+    );
+    // The status claimed a sync the cache had not done.
+    assert!(
+        kinds(&report).contains(&Invariant::StatusMismatch),
+        "{report:#?}"
+    );
+}
+
+#[test]
+fn writing_outside_the_desired_set_is_caught() {
+    let report = sabotaged(&empty_store(), Sabotage::ForeignName);
+    assert!(
+        kinds(&report).contains(&Invariant::OutsideDesiredSet),
+        "{report:#?}"
+    );
+    assert!(
+        kinds(&report).contains(&Invariant::NoConvergence),
+        "{report:#?}"
+    );
+}
+
+#[test]
+fn two_calls_in_flight_for_one_tier_are_caught() {
+    let report = sabotaged(&empty_store(), Sabotage::DuplicateCalls);
+    assert_eq!(
+        kinds(&report).first(),
+        Some(&Invariant::OverlappingCalls),
+        "{report:#?}"
+    );
+}
+
+#[test]
+fn a_status_claiming_convergence_the_cache_does_not_show_is_caught() {
+    let report = sabotaged(&empty_store(), Sabotage::LyingCache);
+    assert!(
+        kinds(&report).contains(&Invariant::StatusMismatch),
+        "{report:#?}"
+    );
+    assert_eq!(report.writes, 0);
+}
+
+#[test]
+fn a_status_claiming_convergence_the_store_does_not_show_is_caught() {
+    // Drift one Tier: the lying cache hides it, the honest cache behind it shows it.
+    let mut scenario = Scenario::issue_6694();
+    scenario.start[2].priority = 201;
+    let report = sabotaged(&scenario, Sabotage::LyingCache);
+    let mismatch = report
+        .violations
+        .iter()
+        .find(|v| v.invariant == Invariant::StatusMismatch)
+        .unwrap();
+    assert!(mismatch.detail.contains("platform"), "{mismatch}");
+}
+
+#[test]
+fn never_converging_is_caught_within_the_bound() {
+    let report = sabotaged(&empty_store(), Sabotage::SwallowWrites);
+    let v = &report.violations;
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].invariant, Invariant::NoConvergence);
+    assert_eq!(v[0].at, report.quiet_at + report.bound);
+    for tier in DesiredSet::antrea().tiers() {
+        assert!(v[0].detail.contains(&tier.name), "{}", v[0]);
+    }
+}
+
+#[test]
+fn every_sabotage_is_caught_on_random_seeds() {
+    let seeds: Vec<u64> = (0..40).collect();
+    for sabotage in [
+        Sabotage::EarlySync,
+        Sabotage::ForeignName,
+        Sabotage::DuplicateCalls,
+        Sabotage::LyingCache,
+        Sabotage::SwallowWrites,
+    ] {
+        let config = SimConfig {
+            sabotage: Some(sabotage),
+            ..SimConfig::default()
+        };
+        let reports = run_seeds(&seeds, &[tier_sim::Strategy::Tierd], &config, 2).unwrap();
+        let caught = reports.iter().filter(|r| !r.passed()).count();
+        // Some seeds give a saboteur nothing to break (e.g. a store already in sync).
+        assert!(
+            caught >= seeds.len() / 2,
+            "{sabotage:?}: caught on {caught} seeds"
+        );
+    }
+}
