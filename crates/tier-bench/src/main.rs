@@ -12,6 +12,7 @@
 
 mod memory;
 mod startup;
+mod strategy;
 mod webhook;
 
 use clap::Parser;

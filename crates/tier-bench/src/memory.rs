@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use tier_core::{DesiredSet, DriverConfig, Mode, TierSpec};
+use tier_core::{DesiredSet, TierSpec};
 use tier_memory::{MemoryCluster, RandomFaults, Verb};
-use tier_runtime::TokioClock;
 use tokio::time::Instant;
 
 use crate::{median, quantile};
@@ -50,7 +49,7 @@ struct Run {
     seconds: f64,
 }
 
-fn run(strategy: &str, seed: u64) -> Run {
+fn run(strategy: &'static str, seed: u64) -> Run {
     runtime().block_on(async {
         let cluster = drifted();
         cluster.faults().random(
@@ -59,28 +58,8 @@ fn run(strategy: &str, seed: u64) -> Run {
                 .latency(Duration::from_millis(20)),
         );
         let start = Instant::now();
-        let done = match strategy {
-            "tierd" => {
-                let config = DriverConfig {
-                    seed,
-                    ..DriverConfig::default()
-                };
-                let ensurer = tier_runtime::spawn(
-                    cluster.lister(),
-                    cluster.clone(),
-                    DesiredSet::antrea(),
-                    config,
-                    Mode::Once,
-                );
-                tokio::time::timeout(LIMIT, ensurer.join()).await.is_ok()
-            }
-            _ => {
-                let (lister, writer, desired) =
-                    (cluster.lister(), cluster.clone(), DesiredSet::antrea());
-                let work = tier_sim::baseline::antrea_new(&lister, &writer, &TokioClock, &desired);
-                tokio::time::timeout(LIMIT, work).await.is_ok()
-            }
-        };
+        let work = crate::strategy::run(strategy, cluster.lister(), cluster.clone(), seed);
+        let done = tokio::time::timeout(LIMIT, work).await.is_ok();
         let calls = cluster.calls();
         Run {
             converged: done && converged(&cluster, false),
@@ -100,7 +79,7 @@ pub fn writes_under_faults(seeds: u64) {
         "| strategy | converged | every field right | mean writes | median virtual s | p99 virtual s |"
     );
     println!("|---|---|---|---|---|---|");
-    for strategy in ["tierd", "antrea-new"] {
+    for strategy in [crate::strategy::TIERD, crate::strategy::ANTREA_NEW] {
         let runs: Vec<Run> = (0..seeds).map(|seed| run(strategy, seed)).collect();
         let n = runs.len().max(1) as f64;
         let converged = runs.iter().filter(|r| r.converged).count();
@@ -117,36 +96,13 @@ pub fn writes_under_faults(seeds: u64) {
 }
 
 /// Seconds from the squatter's removal to networkops converged, and to all six.
-fn unblock(strategy: &str, seed: u64) -> (f64, f64) {
+fn unblock(strategy: &'static str, seed: u64) -> (f64, f64) {
     runtime().block_on(async {
         let cluster = MemoryCluster::builder()
             .with_tier(TierSpec::new("team-a", 150, ""))
             .build();
-        let desired = DesiredSet::antrea();
-        let task = match strategy {
-            "tierd" => {
-                let config = DriverConfig {
-                    seed,
-                    ..DriverConfig::default()
-                };
-                let ensurer = tier_runtime::spawn(
-                    cluster.lister(),
-                    cluster.clone(),
-                    desired,
-                    config,
-                    Mode::Once,
-                );
-                tokio::spawn(async move {
-                    ensurer.join().await;
-                })
-            }
-            _ => {
-                let (lister, writer) = (cluster.lister(), cluster.clone());
-                tokio::spawn(async move {
-                    tier_sim::baseline::antrea_new(&lister, &writer, &TokioClock, &desired).await;
-                })
-            }
-        };
+        let (lister, writer) = (cluster.lister(), cluster.clone());
+        let task = tokio::spawn(crate::strategy::run(strategy, lister, writer, seed));
         // The squatter goes away at a seed-dependent moment between 20 s and 40 s.
         tokio::time::sleep(Duration::from_millis(20_000 + (seed * 7919) % 20_000)).await;
         let _ = cluster.delete("team-a");
@@ -176,7 +132,7 @@ pub fn unblocking(seeds: u64) {
         "| strategy | networkops: median s | networkops: max s | all six: median s | all six: max s |"
     );
     println!("|---|---|---|---|---|");
-    for strategy in ["tierd", "antrea-new"] {
+    for strategy in [crate::strategy::TIERD, crate::strategy::ANTREA_NEW] {
         let (mut nets, mut alls): (Vec<f64>, Vec<f64>) =
             (0..seeds).map(|seed| unblock(strategy, seed)).unzip();
         let (nm, am) = (median(&mut nets), median(&mut alls));

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use tier_core::{Clock, DesiredSet, DriverConfig, Mode, TierLister};
+use tier_core::{Clock, TierLister};
 use tier_kube::{KubeLister, KubeWriter, WriterConfig};
 use tier_runtime::TokioClock;
 use tier_tests::{Cluster, Tierd};
@@ -48,21 +48,7 @@ async fn one_run(strategy: &'static str, latency: Duration) -> (f64, f64) {
         watcher.wait_synced().await;
         start.elapsed()
     });
-    let work = tokio::spawn(async move {
-        if strategy == "tierd" {
-            let ensurer = tier_runtime::spawn(
-                lister,
-                writer,
-                DesiredSet::antrea(),
-                DriverConfig::default(),
-                Mode::Once,
-            );
-            ensurer.join().await;
-        } else {
-            let desired = DesiredSet::antrea();
-            tier_sim::baseline::antrea_new(&lister, &writer, &TokioClock, &desired).await;
-        }
-    });
+    let work = tokio::spawn(crate::strategy::run(strategy, lister, writer, 0));
     // Converged = the API server holds every Tier as desired (the same test for both).
     while !cluster.has_antrea_tiers() {
         tokio::time::sleep_until((TokioClock.now() + Duration::from_micros(200)).into()).await;
@@ -86,7 +72,7 @@ pub async fn adapters(runs: usize) {
     println!("|---|---|---|---|---|");
     for latency in [Duration::ZERO, Duration::from_millis(20)] {
         let mut tierd_converged = 0.0;
-        for strategy in ["tierd", "antrea-new (sequential)"] {
+        for strategy in [crate::strategy::TIERD, crate::strategy::ANTREA_NEW] {
             let (mut synced, mut converged): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
             for _ in 0..runs {
                 let (s, c) = one_run(strategy, latency).await;
@@ -94,7 +80,7 @@ pub async fn adapters(runs: usize) {
                 converged.push(c);
             }
             let (s, c) = (median(&mut synced), median(&mut converged));
-            let ratio = if strategy == "tierd" {
+            let ratio = if strategy == crate::strategy::TIERD {
                 tierd_converged = c;
                 "1.0".to_owned()
             } else {
@@ -146,7 +132,7 @@ pub async fn requests() {
     );
     println!("| strategy | creates | updates | GETs | LISTs | WATCHes | Tiers still wrong |");
     println!("|---|---|---|---|---|---|---|");
-    for strategy in ["tierd", "antrea-new"] {
+    for strategy in [crate::strategy::TIERD, crate::strategy::ANTREA_NEW] {
         let cluster = Cluster::antrea().await;
         cluster.seed(
             "baseline",
@@ -162,19 +148,7 @@ pub async fn requests() {
         let client = client(&cluster).await;
         let lister = KubeLister::start(client.clone()).unwrap();
         let writer = KubeWriter::new(client, WriterConfig::default()).with_store(lister.store());
-        if strategy == "tierd" {
-            let ensurer = tier_runtime::spawn(
-                lister,
-                writer,
-                DesiredSet::antrea(),
-                DriverConfig::default(),
-                Mode::Once,
-            );
-            ensurer.join().await;
-        } else {
-            tier_sim::baseline::antrea_new(&lister, &writer, &TokioClock, &DesiredSet::antrea())
-                .await;
-        }
+        crate::strategy::run(strategy, lister, writer, 0).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         let log = cluster.server.requests();
         let wrong = tier_tests::antrea()
