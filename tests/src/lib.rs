@@ -347,6 +347,27 @@ impl Tierd {
     }
 }
 
+/// POSTs `body` as JSON to `url` (plain HTTP) with a bearer `token`: status code and body.
+pub async fn post_json(url: &str, token: &str, body: &Value) -> (u16, String) {
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let request = hyper::Request::post(url)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
 /// GETs `url` over HTTP, or HTTPS trusting `ca_pem`.
 pub async fn get(url: &str, ca_pem: Option<&str>) -> (u16, String) {
     use hyper_util::client::legacy::Client;

@@ -155,7 +155,7 @@ async fn an_api_outage_with_retry_after_is_ridden_out() {
 async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
     let tls = Tls::new();
     // The API server reaches tierd's webhook only while tierd's /readyz answers 200.
-    let cluster = Cluster::start(ServerConfig::default()).await;
+    let cluster = Cluster::start(ServerConfig::default().user("alice-token", "alice")).await;
     let tierd = Tierd::run(&cluster, Some(&tls), &[]).await;
     let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
         .ca_pem(tls.ca_pem.clone())
@@ -169,9 +169,21 @@ async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
         "{:?}",
         tierd.logs()
     );
-    // The webhook really reviews: a user Tier at a system priority is denied by tierd.
-    let (code, _) = tierd.get("/readyz").await;
-    assert_eq!(code, 200);
+    // The webhook really reviews: a user's Tier at a system priority is denied by tierd.
+    let squatter = tier_testserver::tier::tier("team-a", 150, None);
+    let url = format!("{}/apis/crd.antrea.io/v1beta1/tiers", cluster.server.url());
+    let (code, body) = tier_tests::post_json(&url, "alice-token", &squatter).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("tier team-a priority 150 overlaps with existing Tier"),
+        "{body}"
+    );
+    let reviews = cluster
+        .server
+        .requests()
+        .count(Verb::Create, Some("team-a"));
+    assert_eq!(reviews, 1);
+    assert_eq!(cluster.stored("team-a"), None);
 }
 
 #[tokio::test]
