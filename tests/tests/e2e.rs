@@ -341,3 +341,30 @@ async fn ensure_timeout_names_the_blocked_tier_and_why() {
         done.stderr
     );
 }
+
+#[tokio::test]
+async fn a_second_signal_exits_at_once() {
+    use tokio::io::AsyncWriteExt;
+
+    let cluster = Cluster::antrea().await;
+    let mut tierd = Tierd::run(&cluster, None, &[]).await;
+    tierd.until_ok("/readyz").await;
+    // A request that never completes keeps the graceful drain waiting (up to its limit).
+    let mut stuck = tokio::net::TcpStream::connect(tierd.addr).await.unwrap();
+    stuck
+        .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    tierd.terminate().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = Instant::now();
+    tierd.terminate().await;
+    let status = tierd.wait(Duration::from_secs(2)).await.expect("exit");
+    assert!(
+        second.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        second.elapsed()
+    );
+    assert_eq!(status.code(), Some(1), "{:?}", tierd.logs());
+    drop(stuck);
+}
