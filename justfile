@@ -26,6 +26,10 @@ bench *args:
     cargo build --release -p tier-bin --bin tierd
     cargo run --release -p tier-bench -- {{args}}
 
+# Fuzz each target for `seconds` (stable toolchain, needs cargo-fuzz; see fuzz/README.md).
+fuzz seconds="60" *targets:
+    fuzz/run.sh {{seconds}} {{targets}}
+
 # What CI runs (see .ci/run): lint, tests (incl. 500 simulation seeds), short bench and sim.
 ci: lint test
     cargo run -p tier-sim -- --seeds 300 --strategy tierd

@@ -76,10 +76,39 @@ pub fn load(path: &Path) -> Result<DesiredSet, TiersFileError> {
     })
 }
 
+/// The largest Tiers file accepted (a file of 20 Tiers is about 2 KiB).
+pub const MAX_BYTES: usize = 64 * 1024;
+
+/// The deepest nesting of flow collections (`[`, `{`) accepted before parsing: the YAML scanner
+/// takes time quadratic in it, and a Tiers file needs three levels.
+pub const MAX_FLOW_DEPTH: usize = 32;
+
 /// Parses and validates a Tiers document; on failure returns every problem found.
 pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
-    let doc: Value = serde_yaml::from_str(text)
-        .map_err(|e| vec![problem("-", "document", format!("not valid YAML: {e}"))])?;
+    if text.len() > MAX_BYTES {
+        return Err(vec![problem(
+            "-",
+            "document",
+            format!("{} bytes, at most {MAX_BYTES} are accepted", text.len()),
+        )]);
+    }
+    if flow_depth(text) > MAX_FLOW_DEPTH {
+        return Err(vec![problem(
+            "-",
+            "document",
+            format!("`[`/`{{` nested deeper than {MAX_FLOW_DEPTH} levels"),
+        )]);
+    }
+    let doc: Value = serde_yaml::from_str(text).map_err(|e| {
+        let what = e.to_string();
+        // serde_yaml reads 20- to 39-digit integers as 128-bit ones, which it cannot represent.
+        let rule = if what.contains("u128") || what.contains("i128") {
+            format!("a number is out of range (priorities are 0 to 255): {what}")
+        } else {
+            format!("not valid YAML: {what}")
+        };
+        vec![problem("-", "document", rule)]
+    })?;
     let Some(map) = doc.as_mapping() else {
         return Err(vec![problem(
             "-",
@@ -213,8 +242,40 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
     Some(TierSpec::new(name?, priority?, description?))
 }
 
+/// The deepest nesting of `[` and `{` outside quoted scalars and comments: an upper bound good
+/// enough to refuse pathological input before the YAML scanner sees it.
+fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut quote: Option<char> = None;
+    let mut after_space = true;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some('"'), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '#') if after_space => {
+                // A comment runs to the end of the line.
+                chars.by_ref().find(|&rest| rest == '\n');
+            }
+            (None, '[' | '{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (None, ']' | '}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        after_space = c.is_whitespace() || c == '#';
+    }
+    deepest
+}
+
 fn key_name(key: &Value) -> String {
     match key {
+        Value::String(s) if s.is_empty() => "\"\"".to_owned(),
         Value::String(s) => s.clone(),
         other => serde_yaml::to_string(other)
             .map(|s| s.trim().to_owned())
@@ -306,6 +367,32 @@ mod tests {
                 "tier b: priority: is reserved; choose another priority",
             ]
         );
+    }
+
+    #[test]
+    fn pathological_documents_are_refused_before_parsing() {
+        let deep = format!("tiers: {}{}", "[".repeat(33), "]".repeat(33));
+        assert!(
+            parse(&deep).unwrap_err()[0]
+                .rule
+                .contains("nested deeper than 32")
+        );
+        // Brackets in quotes and comments do not count.
+        let quoted = format!(
+            "# {}\ntiers:\n  - {{name: a, priority: 1, description: \"{}\"}}\n",
+            "[".repeat(40),
+            "{".repeat(40)
+        );
+        assert!(parse(&quoted).is_ok(), "{:?}", parse(&quoted));
+        let big = format!("tiers: []\n#{}", "x".repeat(MAX_BYTES));
+        assert!(parse(&big).unwrap_err()[0].rule.contains("at most 65536"));
+        let huge = parse("tiers: [{name: a, priority: 18446744073709551616}]").unwrap_err();
+        assert!(
+            huge[0].rule.starts_with("a number is out of range"),
+            "{huge:?}"
+        );
+        let empty_key = parse("\"\": 1").unwrap_err();
+        assert_eq!(empty_key[0].field, "\"\"");
     }
 
     #[test]

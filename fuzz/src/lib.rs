@@ -1,0 +1,127 @@
+//! Shared pieces of tierd's fuzz targets: a webhook over a fixed, synced Tier cache, the
+//! properties every answer must have, and an `Arbitrary` model of AdmissionReviews.
+//!
+//! Every `check_*` function panics when a property fails, which libFuzzer reports as a crash;
+//! a panic inside the code under test is reported the same way.
+
+pub mod review;
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::Value;
+use tier_core::admission::AdmissionPolicy;
+use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
+use tier_server::readiness::{ListerSynced, TIER_CACHE_SYNCED};
+use tier_server::{Readiness, Webhook};
+
+/// The controller user of the policy under test.
+pub const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
+
+/// A Tier lister holding a fixed, synced snapshot.
+struct FixedLister(Snapshot);
+
+#[async_trait]
+impl TierLister for FixedLister {
+    async fn wait_synced(&self) {}
+
+    fn snapshot(&self) -> Snapshot {
+        self.0.clone()
+    }
+
+    async fn changed(&self, _seen: Generation) {
+        std::future::pending::<()>().await;
+    }
+}
+
+fn observed(name: &str, priority: i64) -> ObservedTier {
+    ObservedTier {
+        name: name.into(),
+        priority,
+        description: String::new(),
+        resource_version: "1".into(),
+    }
+}
+
+/// The webhook under test: Antrea's policy over Antrea's six system Tiers, cache synced.
+pub fn webhook() -> &'static Webhook {
+    static WEBHOOK: OnceLock<Webhook> = OnceLock::new();
+    WEBHOOK.get_or_init(|| {
+        let lister: Arc<dyn TierLister> = Arc::new(FixedLister(Snapshot::synced(
+            1,
+            [
+                observed("baseline", 253),
+                observed("application", 250),
+                observed("platform", 200),
+                observed("networkops", 150),
+                observed("securityops", 100),
+                observed("emergency", 50),
+            ],
+        )));
+        let readiness = Readiness::new();
+        readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+        Webhook::new(lister, AdmissionPolicy::antrea(CONTROLLER), &readiness)
+    })
+}
+
+#[derive(Deserialize)]
+struct Sent {
+    request: SentRequest,
+}
+
+#[derive(Deserialize)]
+struct SentRequest {
+    uid: String,
+}
+
+/// Reviews `body` and checks the answer: an error (the HTTP 400 path) with a message, or a v1
+/// response review that echoes the request's uid, says why when it denies, and encodes.
+pub fn check_review(body: &[u8]) {
+    let answer = match webhook().review_json(body) {
+        Ok(answer) => answer,
+        Err(error) => {
+            assert!(!error.to_string().is_empty(), "empty ReviewError message");
+            return;
+        }
+    };
+    // Not `serde_json::Value`: like the webhook, read only `request.uid`, since serde_json does
+    // not validate the strings of ignored fields (invalid UTF-8, lone surrogates).
+    let sent: Sent = serde_json::from_slice(body).expect("an accepted body has request.uid");
+    let uid = sent.request.uid.as_str();
+    assert_eq!(answer.types.api_version, "admission.k8s.io/v1");
+    assert_eq!(answer.types.kind, "AdmissionReview");
+    assert!(answer.request.is_none(), "the answer carries a request");
+    let response = answer.response.as_ref().expect("the answer has a response");
+    assert_eq!(response.uid, uid, "the response does not echo the uid");
+    if !response.allowed {
+        assert!(
+            !response.result.message.is_empty(),
+            "a denial without a message"
+        );
+    }
+    // What the HTTP handler does next; a failure here would be an HTTP 500.
+    let encoded = serde_json::to_vec(&answer).expect("the answer encodes");
+    let decoded: Value = serde_json::from_slice(&encoded).expect("the answer is JSON");
+    assert_eq!(decoded["response"]["uid"], uid);
+}
+
+/// Parses `text` as a Tiers file and checks the outcome: a valid non-empty set, or at least one
+/// problem, each naming a Tier, a field and a rule.
+pub fn check_tiers_file(text: &str) {
+    match tier_bin::tiers_file::parse(text) {
+        Ok(set) => assert!(!set.is_empty(), "an accepted Tiers file with no Tier"),
+        Err(problems) => {
+            assert!(
+                !problems.is_empty(),
+                "a rejected Tiers file with no problem"
+            );
+            for p in &problems {
+                assert!(
+                    !p.tier.is_empty() && !p.field.is_empty() && !p.rule.is_empty(),
+                    "a problem with an empty part: {p:?}"
+                );
+            }
+        }
+    }
+}
