@@ -336,11 +336,7 @@ impl Store {
             return Ok(obj);
         }
         let deleting = existing.pointer("/metadata/deletionTimestamp").is_some();
-        let finalizers_left = obj
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
-        if deleting && !finalizers_left {
+        if deleting && !has_finalizers(&obj) {
             state.tiers.remove(name);
             return Ok(self.record_delete(&mut state, obj));
         }
@@ -374,14 +370,11 @@ impl Store {
             return Err(StatusError::not_found(TIERS, name));
         };
         check_preconditions(&existing, preconditions, name)?;
-        let has_finalizers = existing
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
+        let finalizers = has_finalizers(&existing);
         if dry_run {
-            return Ok((existing, !has_finalizers));
+            return Ok((existing, !finalizers));
         }
-        if !has_finalizers {
+        if !finalizers {
             state.tiers.remove(name);
             return Ok((self.record_delete(&mut state, existing), true));
         }
@@ -756,6 +749,13 @@ fn without_rv(obj: &Value) -> Value {
         meta.remove("resourceVersion");
     }
     copy
+}
+
+/// Whether `obj` still lists finalizers (its deletion then waits for them).
+fn has_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
 }
 
 #[cfg(test)]
