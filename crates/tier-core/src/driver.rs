@@ -1,9 +1,11 @@
 //! The driver: runs one [`TierMachine`] per desired Tier against the ports.
 //!
-//! One task multiplexes every machine: it waits for the cache to sync, feeds each machine every
-//! new observation, performs the actions they emit concurrently (so one stuck Tier never delays
-//! another), hands outcomes back, re-observes after every outcome and sleeps until the earliest
-//! machine timeout. It publishes a [`Status`] after every step.
+//! A thin async loop around a [`Fleet`], which holds every decision: it waits for the cache to
+//! sync, hands the fleet every new snapshot, performs the actions it emits concurrently (so one
+//! stuck Tier never delays another), hands outcomes back, re-observes after every outcome and
+//! sleeps until the fleet's next timeout. It publishes a [`Status`] after every step and
+//! forwards every [`TierEvent`] to the [`events`](Driver::events) channel, losslessly, logging
+//! each one.
 //!
 //! ```no_run
 //! # async fn example(
@@ -24,16 +26,19 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::{Either, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use tokio::sync::mpsc;
+
+use crate::admission::AdmissionPolicy;
 use crate::error::WriteError;
-use crate::machine::{Action, MachineConfig, TierMachine, TierState, TierStatus};
-use crate::observe::Generation;
+use crate::fleet::{Fleet, FleetConfig, TierId};
+use crate::machine::{Action, MachineConfig, TierEvent, TierStatus};
 use crate::ports::{Clock, TierLister, TierWriter};
 use crate::spec::DesiredSet;
 use crate::status::{Status, StatusHandle};
@@ -64,49 +69,70 @@ pub struct DriverConfig {
     /// The longest a single write may take before it counts as a transient failure (default
     /// 30 s). Adapters should also bound their calls; this is the backstop.
     pub call_timeout: Duration,
-    /// Seed of the jitter; each Tier's machine derives its own from it.
-    pub seed: u64,
+    /// Seed of the jitter; each Tier's machine derives its own from it. `None` (the default)
+    /// draws one from the operating system's entropy when the driver is built, so replicas do
+    /// not retry in lockstep; set it only for reproducible tests and simulations.
+    pub seed: Option<u64>,
+    /// The admission rules used to predict denials from the observed set (see
+    /// [`FleetConfig::admission`]); Antrea's by default.
+    pub admission: Option<AdmissionPolicy>,
 }
 
 impl Default for DriverConfig {
     fn default() -> Self {
+        let fleet = FleetConfig::default();
         Self {
-            machine: MachineConfig::default(),
+            machine: fleet.machine,
             call_timeout: Duration::from_secs(30),
-            seed: 0x7469_6572_6421,
+            seed: None,
+            admission: fleet.admission,
         }
     }
 }
 
-/// Drives the machines of a desired set against a lister, a writer and a clock.
+/// A seed from the operating system's entropy (std's `RandomState` keys come from it), different
+/// in every process.
+pub fn entropy_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(0x7469_6572_6421);
+    hasher.finish()
+}
+
+/// The receiving end of a driver's event stream: every [`TierEvent`], in order, none lost.
+pub type EventReceiver = mpsc::UnboundedReceiver<TierEvent>;
+
+/// Drives the fleet of a desired set against a lister, a writer and a clock.
 #[derive(Debug)]
 pub struct Driver<L, W, C> {
     lister: L,
     writer: W,
     clock: C,
-    desired: DesiredSet,
-    config: DriverConfig,
+    fleet: Fleet,
+    call_timeout: Duration,
     status: watch::Sender<Status>,
+    events: Option<mpsc::UnboundedSender<TierEvent>>,
 }
 
 impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
-    /// A driver for `desired`. Nothing happens until [`run`](Self::run).
+    /// A driver for `desired`. Nothing happens until [`run`](Self::run). The jitter seed is
+    /// `config.seed`, or drawn from OS entropy when `None`.
     pub fn new(lister: L, writer: W, clock: C, desired: DesiredSet, config: DriverConfig) -> Self {
-        let tiers = machines(&desired, &config)
-            .iter()
-            .map(TierMachine::status)
-            .collect();
-        let (status, _) = watch::channel(Status {
-            tiers,
-            ..Status::default()
-        });
+        let fleet_config = FleetConfig {
+            machine: config.machine,
+            admission: config.admission,
+            seed: config.seed.unwrap_or_else(entropy_seed),
+        };
+        let fleet = Fleet::new(&desired, fleet_config, clock.now());
+        let (status, _) = watch::channel(fleet.status());
         Self {
             lister,
             writer,
             clock,
-            desired,
-            config,
+            fleet,
+            call_timeout: config.call_timeout,
             status,
+            events: None,
         }
     }
 
@@ -115,12 +141,21 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
         StatusHandle::from(self.status.subscribe())
     }
 
+    /// The stream of every [`TierEvent`], in order and lossless (unbounded: events come once per
+    /// episode, never per retry). Take it before [`run`](Self::run); a later call replaces the
+    /// stream. Without a call, events are only logged.
+    pub fn events(&mut self) -> EventReceiver {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.events = Some(tx);
+        rx
+    }
+
     /// Runs until every Tier converged ([`Mode::Once`]) or until `shutdown` resolves.
     ///
     /// # Guarantees
     ///
     /// - No write before the cache is synced, none to a name outside the desired set, at most
-    ///   one in flight per Tier.
+    ///   one in flight per Tier, none the observed set predicts will be denied.
     /// - Once `shutdown` resolves, no further write starts and the call returns at its next
     ///   poll; calls in flight are dropped.
     pub async fn run(self, mode: Mode, shutdown: impl Future<Output = ()>) -> Stopped {
@@ -128,50 +163,46 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
             lister,
             writer,
             clock,
-            desired,
-            config,
+            mut fleet,
+            call_timeout,
             status,
+            events,
         } = self;
         let mut shutdown = pin!(shutdown.fuse());
-        let mut machines = machines(&desired, &config);
-        let mut published = Published::new(&status, clock.now());
-        published.publish(&machines, false, 0, clock.now());
+        let mut published = Published::new(&status, events);
+        published.publish(&mut fleet);
 
         futures::select_biased! {
             () = shutdown => return published.stop(Stopped::Cancelled),
             () = lister.wait_synced().fuse() => {}
         }
-        let mut generation = observe(&lister, &mut machines, clock.now());
+        let mut snapshot = lister.snapshot();
+        fleet.handle_snapshot(&snapshot, clock.now());
         let mut inflight = FuturesUnordered::new();
         loop {
             let now = clock.now();
-            for (index, machine) in machines.iter_mut().enumerate() {
-                machine.handle_timeout(now);
-                if let Some(action) = machine.poll_action(now) {
-                    inflight.push(perform(&writer, &clock, config.call_timeout, index, action));
-                }
+            fleet.handle_timeout(now);
+            while let Some((id, action)) = fleet.poll_action(now) {
+                inflight.push(perform(&writer, &clock, call_timeout, id, action));
             }
-            published.publish(&machines, true, generation, now);
-            if mode == Mode::Once
-                && inflight.is_empty()
-                && machines.iter().all(|m| m.is_converged())
-            {
+            published.publish(&mut fleet);
+            if mode == Mode::Once && inflight.is_empty() && fleet.is_converged() {
                 return published.stop(Stopped::Converged);
             }
-            let wake = match machines.iter().filter_map(TierMachine::poll_timeout).min() {
+            let wake = match fleet.poll_timeout() {
                 Some(deadline) => Either::Left(clock.sleep_until(deadline)),
                 None => Either::Right(std::future::pending()),
             };
             futures::select_biased! {
                 () = shutdown => return published.stop(Stopped::Cancelled),
-                (index, outcome) = inflight.select_next_some() => {
-                    if let Some(machine) = machines.get_mut(index) {
-                        machine.handle_outcome(outcome, clock.now());
-                    }
-                    generation = observe(&lister, &mut machines, clock.now());
+                (id, outcome) = inflight.select_next_some() => {
+                    fleet.handle_outcome(id, outcome, clock.now());
+                    snapshot = lister.snapshot();
+                    fleet.handle_snapshot(&snapshot, clock.now());
                 }
-                () = lister.changed(generation).fuse() => {
-                    generation = observe(&lister, &mut machines, clock.now());
+                () = lister.changed(snapshot.generation).fuse() => {
+                    snapshot = lister.snapshot();
+                    fleet.handle_snapshot(&snapshot, clock.now());
                 }
                 () = wake.fuse() => {}
             }
@@ -179,37 +210,14 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
     }
 }
 
-/// One machine per desired Tier, each with its own seed derived from the driver's.
-fn machines(desired: &DesiredSet, config: &DriverConfig) -> Vec<TierMachine> {
-    desired
-        .tiers()
-        .iter()
-        .zip(0u64..)
-        .map(|(spec, i)| {
-            let seed = config.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            TierMachine::new(spec.clone(), config.machine.clone(), seed)
-        })
-        .collect()
-}
-
-/// Hands every machine the current snapshot; returns its generation.
-fn observe<L: TierLister>(lister: &L, machines: &mut [TierMachine], now: Instant) -> Generation {
-    let snapshot = lister.snapshot();
-    for machine in machines {
-        let observed = snapshot.observe(&machine.spec().name);
-        machine.handle_observation(observed, snapshot.generation, now);
-    }
-    snapshot.generation
-}
-
 /// Performs one action, bounded by `timeout` on `clock`, inside a span naming the Tier.
 async fn perform<W: TierWriter, C: Clock>(
     writer: &W,
     clock: &C,
     timeout: Duration,
-    index: usize,
+    id: TierId,
     action: Action,
-) -> (usize, Result<(), WriteError>) {
+) -> (TierId, Result<(), WriteError>) {
     let span = tracing::info_span!("tier", name = %action.tier().name, verb = action.verb());
     let deadline = clock.now() + timeout;
     let call = async {
@@ -232,57 +240,51 @@ async fn perform<W: TierWriter, C: Clock>(
         Ok(()) => tracing::debug!(parent: &span, "write succeeded"),
         Err(error) => tracing::debug!(parent: &span, class = %error.class, %error, "write failed"),
     }
-    (index, outcome)
+    (id, outcome)
 }
 
-/// Publishes statuses and logs one line per state change (not per retry).
+/// Publishes statuses, forwards and logs events, and logs one line per state change.
 struct Published<'a> {
     tx: &'a watch::Sender<Status>,
-    started_at: Instant,
-    initialized_at: Option<Instant>,
+    events: Option<mpsc::UnboundedSender<TierEvent>>,
+    initialized: bool,
     last: Vec<TierStatus>,
 }
 
 impl<'a> Published<'a> {
-    fn new(tx: &'a watch::Sender<Status>, started_at: Instant) -> Self {
+    fn new(tx: &'a watch::Sender<Status>, events: Option<mpsc::UnboundedSender<TierEvent>>) -> Self {
         Self {
             tx,
-            started_at,
-            initialized_at: None,
+            events,
+            initialized: false,
             last: Vec::new(),
         }
     }
 
-    fn publish(
-        &mut self,
-        machines: &[TierMachine],
-        synced: bool,
-        generation: Generation,
-        now: Instant,
-    ) {
-        let tiers: Vec<TierStatus> = machines.iter().map(TierMachine::status).collect();
-        for (i, tier) in tiers.iter().enumerate() {
-            let before = self.last.get(i).map(|s| s.state.as_str());
-            if before != Some(tier.state.as_str()) {
-                log_state_change(tier);
+    fn publish(&mut self, fleet: &mut Fleet) {
+        while let Some(event) = fleet.poll_event() {
+            if event.is_warning() {
+                tracing::warn!(tier = event.tier(), "{event}");
+            } else {
+                tracing::info!(tier = event.tier(), "{event}");
+            }
+            if let Some(events) = &self.events {
+                // A dropped receiver only means nobody listens any more.
+                let _ = events.send(event);
             }
         }
-        let mut status = Status {
-            synced,
-            initialized: self.initialized_at.is_some(),
-            generation,
-            tiers,
-            stopped: false,
-            started_at: Some(self.started_at),
-            initialized_at: self.initialized_at,
-        };
-        if self.initialized_at.is_none() && status.all_converged() {
-            self.initialized_at = Some(now);
-            status.initialized = true;
-            status.initialized_at = Some(now);
+        let status = fleet.status();
+        for (i, tier) in status.tiers.iter().enumerate() {
+            let before = self.last.get(i).map(|s| s.state.as_str());
+            if before != Some(tier.state.as_str()) && before.is_some() {
+                tracing::debug!(tier = %tier.name, "{tier}");
+            }
+        }
+        if status.initialized && !self.initialized {
+            self.initialized = true;
             tracing::info!(
                 tiers = status.tiers.len(),
-                seconds = now.saturating_duration_since(self.started_at).as_secs_f64(),
+                seconds = status.time_to_initialized().unwrap_or_default().as_secs_f64(),
                 "system Tiers initialized"
             );
         }
@@ -302,30 +304,5 @@ impl<'a> Published<'a> {
         });
         self.last.clear();
         why
-    }
-}
-
-fn log_state_change(status: &TierStatus) {
-    let name = status.name.as_str();
-    match &status.state {
-        TierState::Pending => tracing::debug!(tier = name, "pending"),
-        TierState::Converged => {
-            tracing::info!(tier = name, outcomes = status.outcomes.total(), "converged")
-        }
-        TierState::Retrying {
-            attempt,
-            class,
-            error,
-        } => {
-            tracing::warn!(tier = name, attempt, %class, %error, "write failed, retrying")
-        }
-        TierState::Blocked { message, .. } => {
-            tracing::warn!(tier = name, %message, "blocked: the server refuses the write")
-        }
-        TierState::Contested { corrections, .. } => tracing::warn!(
-            tier = name,
-            corrections,
-            "contested: another writer keeps changing this Tier; holding off corrections"
-        ),
     }
 }

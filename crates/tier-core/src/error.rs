@@ -1,30 +1,51 @@
-//! The error a write port reports, already classified for the state machine.
+//! The error a write port reports, already classified by cause for the state machine.
+//!
+//! Adapters translate their own errors (HTTP codes, Kubernetes reasons) into a [`WriteError`]
+//! at the edge; the core reacts to the [`ErrorClass`] and shows the message to people.
 
 use std::fmt;
 use std::time::Duration;
 
-/// How the state machine treats a failed write. Adapters map their errors into one of these.
+/// Why a write failed, as far as the state machine cares. Adapters map their errors into one of
+/// these; each class has its own retry rule (see [`crate::machine`]). Every class is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorClass {
     /// The write was based on an outdated view (AlreadyExists, Conflict, NotFound on update):
-    /// decide again from the next observation, without a backoff sleep. Retryable.
+    /// decide again from the next observation, without a backoff sleep.
     Stale,
     /// The server or the path to it failed (5xx, 429, timeout, transport): retry with
-    /// exponential backoff and jitter, honouring `Retry-After`. Retryable.
+    /// exponential backoff and jitter, honouring `Retry-After`.
     Transient,
-    /// The server refused the write itself (admission denial, Invalid, Forbidden,
-    /// Unauthorized): a person or another object must change something. Retried slowly, and at
-    /// once whenever the observed Tier set changes.
-    Blocked,
+    /// The server's admission refused the write (a webhook denial, Invalid). If the writer's own
+    /// cache shows why, the Tier is blocked until that changes; if not, the webhook's view lags
+    /// ours and a short backoff follows.
+    Denied,
+    /// The writer lacks a permission (Forbidden, Unauthorized, bad credentials): no Tier change
+    /// helps; retried on a slow backoff of its own.
+    Forbidden,
+    /// The resource type is not served (a create answered 404: the CRD is missing): retried when
+    /// the cache lists again, and slowly otherwise.
+    NotInstalled,
 }
 
 impl ErrorClass {
+    /// Every class, in declaration order.
+    pub const ALL: [ErrorClass; 5] = [
+        ErrorClass::Stale,
+        ErrorClass::Transient,
+        ErrorClass::Denied,
+        ErrorClass::Forbidden,
+        ErrorClass::NotInstalled,
+    ];
+
     /// A short lowercase label, stable for metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Stale => "stale",
             ErrorClass::Transient => "transient",
-            ErrorClass::Blocked => "blocked",
+            ErrorClass::Denied => "denied",
+            ErrorClass::Forbidden => "forbidden",
+            ErrorClass::NotInstalled => "not-installed",
         }
     }
 }
@@ -45,6 +66,9 @@ pub struct WriteError {
     pub message: String,
     /// The server's `Retry-After`, used as a lower bound of the next wait.
     pub retry_after: Option<Duration>,
+    /// For [`ErrorClass::Forbidden`]: the missing permission, as the adapter read it from the
+    /// server's message (e.g. `create tiers.crd.antrea.io`), when it could.
+    pub permission: Option<String>,
 }
 
 impl WriteError {
@@ -54,6 +78,7 @@ impl WriteError {
             class,
             message: message.into(),
             retry_after: None,
+            permission: None,
         }
     }
 
@@ -67,9 +92,22 @@ impl WriteError {
         Self::new(ErrorClass::Transient, message)
     }
 
-    /// A [`ErrorClass::Blocked`] error.
-    pub fn blocked(message: impl Into<String>) -> Self {
-        Self::new(ErrorClass::Blocked, message)
+    /// A [`ErrorClass::Denied`] error.
+    pub fn denied(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Denied, message)
+    }
+
+    /// A [`ErrorClass::Forbidden`] error; `permission` names what is missing, if known.
+    pub fn forbidden(message: impl Into<String>, permission: Option<String>) -> Self {
+        Self {
+            permission,
+            ..Self::new(ErrorClass::Forbidden, message)
+        }
+    }
+
+    /// A [`ErrorClass::NotInstalled`] error.
+    pub fn not_installed(message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::NotInstalled, message)
     }
 
     /// The same error with a `Retry-After` hint.

@@ -6,9 +6,11 @@
 //! - [`spec`]: the desired set of Tiers and its validation rules ([`DesiredSet::antrea`] is the
 //!   default).
 //! - [`observe`]: what a cache observed, and [`decide`], the pure decision for one Tier.
-//! - [`machine`]: [`TierMachine`], the per-Tier state machine (inputs, outputs, status).
+//! - [`machine`]: [`TierMachine`], the per-Tier state machine (inputs, outputs, events, status).
+//! - [`fleet`]: [`Fleet`], every machine and all cross-Tier logic (snapshot fan-out, blocker
+//!   prediction, the initialized latch, seeds, events), synchronous and steppable in tests.
 //! - [`ports`]: the async traits a backend implements: [`TierLister`], [`TierWriter`], [`Clock`].
-//! - [`driver`]: [`Driver`], which runs every machine concurrently against the ports.
+//! - [`driver`]: [`Driver`], the thin async loop that runs a fleet against the ports.
 //! - [`status`]: the published [`Status`] and the "system Tiers initialized" signal.
 //! - [`admission`]: Antrea's Tier admission rules as a pure function, shared by every backend
 //!   that emulates the API server and by tierd's own webhook.
@@ -17,6 +19,7 @@ pub mod admission;
 pub mod backoff;
 pub mod driver;
 pub mod error;
+pub mod fleet;
 pub mod machine;
 pub mod observe;
 pub mod ports;
@@ -24,15 +27,16 @@ pub mod spec;
 pub mod status;
 
 pub use backoff::Backoff;
-pub use driver::{Driver, DriverConfig, Mode, Stopped};
+pub use driver::{Driver, DriverConfig, EventReceiver, Mode, Stopped, entropy_seed};
 pub use error::{ErrorClass, WriteError};
+pub use fleet::{Fleet, FleetConfig, TierId, predict};
 pub use machine::{
-    Action, FightPolicy, MachineConfig, OutcomeCounts, TierMachine, TierState, TierStatus,
-    WriteKind,
+    Action, Blocker, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent, TierMachine,
+    TierState, TierStatus, WriteKind,
 };
 pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
 pub use ports::{Clock, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};
 pub use spec::{DesiredSet, Rule, TierSpec, ValidationError, ValidationRules, Violation};
-pub use status::{DriverStopped, Status, StatusHandle, TierEvent, events};
+pub use status::{DriverStopped, Status, StatusHandle};

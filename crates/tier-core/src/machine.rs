@@ -1,37 +1,51 @@
 //! The per-Tier state machine: deterministic, no I/O, time passed in.
 //!
 //! A [`TierMachine`] owns one desired Tier. Its methods come in three kinds, called in this order
-//! by a driver (see [`crate::driver`]), over and over:
+//! by a [`Fleet`](crate::Fleet), over and over:
 //!
 //! 1. inputs: [`handle_observation`](TierMachine::handle_observation) whenever the cache may have
-//!    changed, [`handle_outcome`](TierMachine::handle_outcome) when the call it asked for ends,
-//!    [`handle_timeout`](TierMachine::handle_timeout) when the instant from `poll_timeout` passes;
-//! 2. outputs: [`poll_action`](TierMachine::poll_action) (the one call to make now, if any) and
-//!    [`poll_timeout`](TierMachine::poll_timeout) (when to wake it next);
+//!    changed, [`handle_blocker`](TierMachine::handle_blocker) with what the observed set
+//!    predicts about a create, [`handle_outcome`](TierMachine::handle_outcome) when the call it
+//!    asked for ends, [`handle_timeout`](TierMachine::handle_timeout) when the instant from
+//!    `poll_timeout` passes (timers fire only there);
+//! 2. outputs: [`poll_action`](TierMachine::poll_action) (the one call to make now, if any),
+//!    [`poll_timeout`](TierMachine::poll_timeout) (when to wake it next) and
+//!    [`poll_event`](TierMachine::poll_event) (what to tell people, losslessly, in order);
 //! 3. getters: [`status`](TierMachine::status), [`is_converged`](TierMachine::is_converged).
 //!
 //! ```text
 //!              observation known
 //!  Unsynced ─────────────────────▶ Ready ──decide: Create/Update──▶ InFlight
-//!                                   ▲  ▲                              │
-//!        in sync (any state but      │  │ wait over / woken          │ outcome
-//!        InFlight) ─▶ Converged      │  └──── Waiting ◀── error ─────┤
-//!                        │ drift     │                               │ ok
-//!                        └───────────┴──── AwaitEcho ◀───────────────┘
+//!                                  ▲ │ ▲ ▲                            │
+//!        in sync (any state but    │ │ │ └──── Waiting ◀── error ────┤
+//!        InFlight) ─▶ Converged    │ │ │  wait over / woken           │ ok
+//!                        │ drift   │ │ └──────── AwaitEcho ◀──────────┘
+//!                        └─────────┘ │ create predicted denied
+//!                                    ├──────▶ Blocked (until the blocker changes)
+//!                                    │ correction without a token
+//!                                    └──────▶ Hold (until the hold-off ends)
 //! ```
 //!
 //! How a failed call is retried depends on its [`ErrorClass`]:
 //!
-//! | class | next attempt |
-//! |---|---|
-//! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before `echo_timeout` |
-//! | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap |
-//! | blocked | as soon as the observed Tier set changes (but not within `backoff.initial` of the refusal); at the latest after `blocked_retry` |
+//! | class | next attempt | state |
+//! |---|---|---|
+//! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before `echo_timeout` | retrying |
+//! | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap | retrying |
+//! | denied | after the short `denied_backoff` (the webhook's view lags ours); never while the cache shows a blocker | denied, or blocked once the cache shows why |
+//! | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does | forbidden, naming the permission |
+//! | not installed | when the observed set changes (the cache listed again), not within `backoff.initial`; at the latest after `not_installed_retry` | not-installed |
 //!
-//! After a successful write the machine waits for the cache to show it (or for `echo_timeout`)
-//! before deciding again, so a fault-free run sends exactly one write per drifted Tier. A Tier
-//! that someone keeps changing back is *contested*: corrections then wait longer and longer.
+//! A create the observed set says will be denied (see [`Blocker`]) is never sent: the machine
+//! is *blocked* until the blocker goes away. After a successful write the machine waits for the
+//! cache to show it (or for `echo_timeout`) before deciding again, so a fault-free run sends
+//! exactly one write per drifted Tier. A *correction* (a write that restores a Tier that had been
+//! in sync, by update or re-create) spends a token of a bucket ([`ContestPolicy`]); without a
+//! token the Tier is *contested* and the correction is held off. The contest ends after a quiet
+//! period, on a timer.
 
+use std::collections::VecDeque;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::backoff::Backoff;
@@ -42,55 +56,89 @@ use crate::spec::TierSpec;
 /// Timing of a [`TierMachine`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineConfig {
-    /// Backoff after transient errors; its cap also bounds the stale fallback wait.
+    /// Backoff after transient errors (250 ms doubling to 10 s); its cap also bounds the stale
+    /// fallback wait.
     pub backoff: Backoff,
-    /// How long a blocked Tier waits before retrying when nothing changes (default 10 s).
-    pub blocked_retry: Duration,
+    /// Backoff after a denial that the observed set does not explain (200 ms doubling to 2 s).
+    pub denied_backoff: Backoff,
+    /// Denials in a row, unexplained by the observed set, before a [`TierEvent::Denied`] warns
+    /// (default 4, about 1.5 s of retries).
+    pub denied_warn_after: u32,
+    /// Backoff after Forbidden or Unauthorized (1 s doubling to 60 s).
+    pub forbidden_backoff: Backoff,
+    /// How long a Tier whose resource type is not installed waits when the set does not change
+    /// (default 10 s).
+    pub not_installed_retry: Duration,
     /// How long to wait for the cache to show a successful write before deciding again on what
     /// it shows (default 3 s).
     pub echo_timeout: Duration,
-    /// How corrections of a contested Tier back off.
-    pub fight: FightPolicy,
+    /// How corrections are limited.
+    pub contest: ContestPolicy,
 }
 
 impl Default for MachineConfig {
     fn default() -> Self {
         Self {
             backoff: Backoff::default(),
-            blocked_retry: Duration::from_secs(10),
+            denied_backoff: Backoff {
+                initial: Duration::from_millis(200),
+                cap: Duration::from_secs(2),
+            },
+            denied_warn_after: 4,
+            forbidden_backoff: Backoff {
+                initial: Duration::from_secs(1),
+                cap: Duration::from_secs(60),
+            },
+            not_installed_retry: Duration::from_secs(10),
             echo_timeout: Duration::from_secs(3),
-            fight: FightPolicy::default(),
+            contest: ContestPolicy::default(),
         }
     }
 }
 
-/// When a Tier counts as contested, and how its corrections then back off.
+/// The contest rule: corrections are limited by a token bucket.
 ///
-/// Each correction (a write of a Tier this machine had already written successfully) that comes
-/// within `quiet` of the previous one raises the contest level by one; a longer pause resets it.
-/// From level `threshold` on, the next correction waits `initial * 2^(level - threshold)`, at
-/// most `cap`.
+/// A *correction* is a write that restores a Tier that had been observed in sync (an update, or
+/// a re-create after a deletion). Each spends a token; the bucket holds `burst` tokens and
+/// gains one every `refill`, so an actor slower than one change per `refill` is corrected at
+/// once, every time. Without a token the Tier is *contested*: the correction waits
+/// `hold_initial`, doubling with each hold in a row up to `hold_cap`. The contest ends (a
+/// [`TierEvent::ContestEnded`]) once no correction was needed for `quiet`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FightPolicy {
-    /// Corrections in a row (each within `quiet` of the previous) before backing off (default 3).
-    pub threshold: u32,
-    /// A pause without corrections that ends a contest (default 5 min).
-    pub quiet: Duration,
-    /// The first hold-off of a contested correction (default 1 s).
-    pub initial: Duration,
+pub struct ContestPolicy {
+    /// Immediate corrections before holding off (default 3).
+    pub burst: u32,
+    /// The time to earn back one token (default 20 s).
+    pub refill: Duration,
+    /// The first hold-off (default 1 s).
+    pub hold_initial: Duration,
     /// The longest hold-off (default 60 s).
-    pub cap: Duration,
+    pub hold_cap: Duration,
+    /// A pause without corrections that ends a contest (default 120 s; longer than `hold_cap`).
+    pub quiet: Duration,
 }
 
-impl Default for FightPolicy {
+impl Default for ContestPolicy {
     fn default() -> Self {
         Self {
-            threshold: 3,
-            quiet: Duration::from_secs(300),
-            initial: Duration::from_secs(1),
-            cap: Duration::from_secs(60),
+            burst: 3,
+            refill: Duration::from_secs(20),
+            hold_initial: Duration::from_secs(1),
+            hold_cap: Duration::from_secs(60),
+            quiet: Duration::from_secs(120),
         }
     }
+}
+
+/// What the observed set says about creating this Tier: the create would be denied, and these
+/// Tiers are why. Computed by the [`Fleet`](crate::Fleet) with [`crate::admission::review`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocker {
+    /// The Tiers whose removal (or change) would let the create through; empty when no single
+    /// Tier is to blame (e.g. the limit of distinct priorities).
+    pub tiers: Vec<String>,
+    /// What people read, e.g. `priority 150 is held by Tier team-a`.
+    pub reason: String,
 }
 
 /// The one call a machine asks its driver to make.
@@ -142,7 +190,8 @@ impl Action {
     }
 }
 
-/// Where a Tier stands, as published to readiness, metrics and logs.
+/// Where a Tier stands, as published to readiness, metrics and logs. Each cause of not being
+/// converged has its own state; [`fmt::Display`] is the one human rendering.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TierState {
     /// Not converged yet, and no call has failed since the last success.
@@ -158,19 +207,50 @@ pub enum TierState {
         /// The last error's message.
         error: String,
     },
-    /// The server refuses the write; something else must change first.
+    /// The observed set shows that a create would be denied: nothing is sent until it changes.
     Blocked {
-        /// When the first refusal in a row arrived.
+        /// Since when.
         since: Instant,
-        /// Consecutive failed calls.
+        /// The Tiers in the way (see [`Blocker::tiers`]).
+        blockers: Vec<String>,
+        /// Why, e.g. `priority 150 is held by Tier team-a`.
+        reason: String,
+    },
+    /// The server denies a write the observed set allows (its admission webhook's view lags
+    /// ours, or it applies a rule we do not know); retried on a short backoff.
+    Denied {
+        /// When the first denial in a row arrived.
+        since: Instant,
+        /// Consecutive denials.
         attempt: u32,
         /// The server's message.
         message: String,
     },
-    /// Someone keeps changing the Tier back; the next correction is held off.
+    /// tierd lacks a permission; retried on a slow backoff.
+    Forbidden {
+        /// When the first refusal in a row arrived.
+        since: Instant,
+        /// Consecutive refusals.
+        attempt: u32,
+        /// The missing permission, if the server said.
+        permission: Option<String>,
+        /// The server's message.
+        message: String,
+    },
+    /// The Tier resource type is not served (the CRD is missing).
+    NotInstalled {
+        /// When the first such answer in a row arrived.
+        since: Instant,
+        /// Consecutive attempts.
+        attempt: u32,
+        /// The server's message.
+        message: String,
+    },
+    /// Someone keeps changing the Tier back faster than the contest rule allows; the next
+    /// correction is held off.
     Contested {
-        /// The contest level: corrections in a row.
-        corrections: u32,
+        /// Corrections in the current streak.
+        streak: u32,
         /// When the held-off correction will be made.
         until: Instant,
     },
@@ -178,8 +258,16 @@ pub enum TierState {
 
 impl TierState {
     /// Every label [`as_str`](Self::as_str) can return.
-    pub const LABELS: [&'static str; 5] =
-        ["pending", "converged", "retrying", "blocked", "contested"];
+    pub const LABELS: [&'static str; 8] = [
+        "pending",
+        "converged",
+        "retrying",
+        "blocked",
+        "denied",
+        "forbidden",
+        "not-installed",
+        "contested",
+    ];
 
     /// A short lowercase label, stable for metrics and logs.
     pub fn as_str(&self) -> &'static str {
@@ -188,7 +276,63 @@ impl TierState {
             TierState::Converged => "converged",
             TierState::Retrying { .. } => "retrying",
             TierState::Blocked { .. } => "blocked",
+            TierState::Denied { .. } => "denied",
+            TierState::Forbidden { .. } => "forbidden",
+            TierState::NotInstalled { .. } => "not-installed",
             TierState::Contested { .. } => "contested",
+        }
+    }
+}
+
+fn attempts(n: u32) -> String {
+    if n == 1 {
+        "1 attempt".to_owned()
+    } else {
+        format!("{n} attempts")
+    }
+}
+
+impl fmt::Display for TierState {
+    /// The label, then the cause in words: `blocked: priority 150 is held by Tier team-a`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let label = self.as_str();
+        match self {
+            TierState::Pending | TierState::Converged => f.write_str(label),
+            TierState::Retrying {
+                attempt,
+                class,
+                error,
+            } => write!(f, "{label} after {} ({class}): {error}", attempts(*attempt)),
+            TierState::Blocked { reason, .. } => write!(f, "{label}: {reason}"),
+            TierState::Denied {
+                attempt, message, ..
+            } => write!(
+                f,
+                "{label} after {} although the cache shows no reason (the admission webhook's \
+                 view may lag): {message}",
+                attempts(*attempt)
+            ),
+            TierState::Forbidden {
+                attempt,
+                permission,
+                message,
+                ..
+            } => match permission {
+                Some(permission) => write!(
+                    f,
+                    "{label} after {}: tierd may not {permission}; grant it: {message}",
+                    attempts(*attempt)
+                ),
+                None => write!(f, "{label} after {}: {message}", attempts(*attempt)),
+            },
+            TierState::NotInstalled {
+                attempt, message, ..
+            } => write!(f, "{label} after {}: {message}", attempts(*attempt)),
+            TierState::Contested { streak, .. } => write!(
+                f,
+                "{label}: another writer keeps changing it back ({streak} corrections in a row); \
+                 the next correction is held off"
+            ),
         }
     }
 }
@@ -202,14 +346,45 @@ pub struct OutcomeCounts {
     pub stale: u64,
     /// Calls that failed as transient.
     pub transient: u64,
-    /// Calls that failed as blocked.
-    pub blocked: u64,
+    /// Calls the server's admission denied.
+    pub denied: u64,
+    /// Calls refused for a missing permission.
+    pub forbidden: u64,
+    /// Calls answered "resource type not installed".
+    pub not_installed: u64,
 }
 
 impl OutcomeCounts {
     /// All finished calls.
     pub fn total(&self) -> u64 {
-        self.ok + self.stale + self.transient + self.blocked
+        self.ok + self.failed()
+    }
+
+    /// All failed calls.
+    pub fn failed(&self) -> u64 {
+        ErrorClass::ALL.iter().map(|c| self.of(*c)).sum()
+    }
+
+    /// Failed calls of `class`.
+    pub fn of(&self, class: ErrorClass) -> u64 {
+        match class {
+            ErrorClass::Stale => self.stale,
+            ErrorClass::Transient => self.transient,
+            ErrorClass::Denied => self.denied,
+            ErrorClass::Forbidden => self.forbidden,
+            ErrorClass::NotInstalled => self.not_installed,
+        }
+    }
+
+    fn count(&mut self, class: ErrorClass) {
+        let slot = match class {
+            ErrorClass::Stale => &mut self.stale,
+            ErrorClass::Transient => &mut self.transient,
+            ErrorClass::Denied => &mut self.denied,
+            ErrorClass::Forbidden => &mut self.forbidden,
+            ErrorClass::NotInstalled => &mut self.not_installed,
+        };
+        *slot += 1;
     }
 }
 
@@ -222,14 +397,145 @@ pub struct TierStatus {
     pub state: TierState,
     /// Outcomes of every call made so far.
     pub outcomes: OutcomeCounts,
-    /// Writes made to correct a Tier this machine had already written successfully.
+    /// Corrections made so far (see [`ContestPolicy`]).
     pub corrections: u64,
-    /// Whether someone keeps changing the Tier back (see [`FightPolicy`]).
+    /// Whether someone keeps changing the Tier back (see [`ContestPolicy`]).
     pub contested: bool,
-    /// When the Tier first converged, if it has.
+    /// When the Tier first converged, if it has (latched).
     pub converged_at: Option<Instant>,
     /// The kind of the last successful write, if any.
     pub last_write: Option<WriteKind>,
+}
+
+impl fmt::Display for TierStatus {
+    /// `networkops blocked: priority 150 is held by Tier team-a`: the one rendering shared by
+    /// logs, readiness reasons, `tierd ensure` and the demo.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.name, self.state)
+    }
+}
+
+/// Something worth telling people about one Tier: one event per episode, never one per retry.
+/// Emitted by the machine ([`TierMachine::poll_event`]) in order, never coalesced; logs,
+/// Kubernetes Events and the demo all read this one stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TierEvent {
+    /// tierd created the Tier.
+    Created {
+        /// The Tier.
+        tier: String,
+    },
+    /// tierd updated the Tier's fields to the desired ones.
+    Corrected {
+        /// The Tier.
+        tier: String,
+    },
+    /// A create would be denied because of other Tiers; nothing is sent until they change.
+    Blocked {
+        /// The Tier.
+        tier: String,
+        /// The Tiers in the way.
+        blockers: Vec<String>,
+        /// Why.
+        reason: String,
+    },
+    /// The server keeps denying a write the observed set allows.
+    Denied {
+        /// The Tier.
+        tier: String,
+        /// The server's message.
+        message: String,
+    },
+    /// tierd lacks a permission to write the Tier.
+    Forbidden {
+        /// The Tier.
+        tier: String,
+        /// The missing permission, if known.
+        permission: Option<String>,
+        /// The server's message.
+        message: String,
+    },
+    /// The Tier resource type is not installed.
+    NotInstalled {
+        /// The Tier.
+        tier: String,
+        /// The server's message.
+        message: String,
+    },
+    /// Someone keeps changing the Tier back; corrections are held off.
+    Contested {
+        /// The Tier.
+        tier: String,
+        /// Corrections in the current streak.
+        streak: u32,
+    },
+    /// A contest ended: no correction was needed for the quiet period.
+    ContestEnded {
+        /// The Tier.
+        tier: String,
+    },
+}
+
+impl TierEvent {
+    /// The Tier the event is about.
+    pub fn tier(&self) -> &str {
+        match self {
+            TierEvent::Created { tier }
+            | TierEvent::Corrected { tier }
+            | TierEvent::Blocked { tier, .. }
+            | TierEvent::Denied { tier, .. }
+            | TierEvent::Forbidden { tier, .. }
+            | TierEvent::NotInstalled { tier, .. }
+            | TierEvent::Contested { tier, .. }
+            | TierEvent::ContestEnded { tier } => tier,
+        }
+    }
+
+    /// Whether people should look at it (a Kubernetes `Warning`), rather than just know it.
+    pub fn is_warning(&self) -> bool {
+        !matches!(
+            self,
+            TierEvent::Created { .. } | TierEvent::Corrected { .. } | TierEvent::ContestEnded { .. }
+        )
+    }
+}
+
+impl fmt::Display for TierEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TierEvent::Created { tier } => write!(f, "created Tier {tier}"),
+            TierEvent::Corrected { tier } => {
+                write!(f, "corrected the priority and description of Tier {tier}")
+            }
+            TierEvent::Blocked { tier, reason, .. } => {
+                write!(f, "Tier {tier} cannot be created: {reason}")
+            }
+            TierEvent::Denied { tier, message } => write!(
+                f,
+                "the API server keeps denying writes of Tier {tier} although tierd's cache shows \
+                 no reason: {message}"
+            ),
+            TierEvent::Forbidden {
+                tier,
+                permission: Some(permission),
+                ..
+            } => write!(f, "tierd may not {permission} (Tier {tier}); grant it"),
+            TierEvent::Forbidden { tier, message, .. } => {
+                write!(f, "tierd may not write Tier {tier}: {message}")
+            }
+            TierEvent::NotInstalled { tier, message } => {
+                write!(f, "cannot create Tier {tier}: {message}")
+            }
+            TierEvent::Contested { tier, streak } => write!(
+                f,
+                "another writer keeps changing Tier {tier} back ({streak} corrections in a row); \
+                 tierd now holds off its corrections"
+            ),
+            TierEvent::ContestEnded { tier } => {
+                write!(f, "Tier {tier} is no longer contested")
+            }
+        }
+    }
 }
 
 /// A fingerprint of one Tier's observation: its resourceVersion, or `None` when absent.
@@ -242,7 +548,7 @@ enum Wake {
     /// This Tier's observation differs from the fingerprint.
     TierChange(Fingerprint),
     /// The observed set's generation exceeds `generation`; a change seen before `not_before`
-    /// ends the wait at `not_before`, so a busy set cannot make a blocked Tier spin.
+    /// ends the wait at `not_before`, so a busy set cannot make the Tier spin.
     SetChange {
         generation: Generation,
         not_before: Instant,
@@ -266,10 +572,29 @@ enum Phase {
         until: Instant,
         wake: Wake,
     },
+    Blocked {
+        since: Instant,
+    },
     Hold {
         until: Instant,
     },
     Converged,
+}
+
+/// The token bucket and streak of the contest rule.
+#[derive(Debug)]
+struct Contest {
+    tokens: u32,
+    /// Tokens accrue from this instant on.
+    refill_from: Option<Instant>,
+    /// Holds in a row (each doubles the next).
+    holds: u32,
+    /// Whether the hold just ended lets the next correction through.
+    hold_served: bool,
+    /// Corrections since the last quiet period.
+    streak: u32,
+    contested: bool,
+    last_correction: Option<Instant>,
 }
 
 /// The state machine of one desired Tier. See the [module docs](self) for the protocol.
@@ -280,44 +605,51 @@ pub struct TierMachine {
     rng: fastrand::Rng,
     observed: Observed,
     generation: Generation,
+    blocker: Option<Blocker>,
     phase: Phase,
     attempt: u32,
     last_error: Option<WriteError>,
-    blocked_since: Option<Instant>,
-    /// The fingerprint our last successful write was based on, while no correction was made
-    /// since. A write decided on an observation that differs from it corrects someone else's
-    /// change; one decided on the same observation only retries a write the cache never showed.
-    written_basis: Option<Fingerprint>,
-    hold_served: bool,
-    contest_level: u32,
-    last_correction: Option<Instant>,
+    error_since: Option<Instant>,
+    /// Whether the Tier was observed in sync since our last write: a write now is a correction.
+    was_in_sync: bool,
+    contest: Contest,
     corrections: u64,
     outcomes: OutcomeCounts,
     converged_at: Option<Instant>,
     last_write: Option<WriteKind>,
+    events: VecDeque<TierEvent>,
 }
 
 impl TierMachine {
     /// A machine for `spec`; `seed` makes its jitter deterministic.
     pub fn new(spec: TierSpec, config: MachineConfig, seed: u64) -> Self {
+        let tokens = config.contest.burst;
         Self {
             spec,
             config,
             rng: fastrand::Rng::with_seed(seed),
             observed: Observed::Unknown,
             generation: 0,
+            blocker: None,
             phase: Phase::Unsynced,
             attempt: 0,
             last_error: None,
-            blocked_since: None,
-            written_basis: None,
-            hold_served: false,
-            contest_level: 0,
-            last_correction: None,
+            error_since: None,
+            was_in_sync: false,
+            contest: Contest {
+                tokens,
+                refill_from: None,
+                holds: 0,
+                hold_served: false,
+                streak: 0,
+                contested: false,
+                last_correction: None,
+            },
             corrections: 0,
             outcomes: OutcomeCounts::default(),
             converged_at: None,
             last_write: None,
+            events: VecDeque::new(),
         }
     }
 
@@ -341,6 +673,11 @@ impl TierMachine {
         matches!(self.phase, Phase::InFlight { .. })
     }
 
+    /// Whether the decision for the current observation is a create.
+    pub fn wants_create(&self) -> bool {
+        decide(&self.spec, &self.observed) == Decision::Create
+    }
+
     /// Input: what the cache now says about this Tier, at `generation` of the whole set.
     ///
     /// An [`Observed::Unknown`] after a known observation is ignored: a cache does not forget.
@@ -349,6 +686,18 @@ impl TierMachine {
             self.observed = observed;
         }
         self.generation = self.generation.max(generation);
+        self.advance(now);
+    }
+
+    /// Input: whether the observed set predicts that creating this Tier would be denied, and
+    /// why. `None` lifts a block; a new blocker while blocked starts a new episode.
+    pub fn handle_blocker(&mut self, blocker: Option<Blocker>, now: Instant) {
+        if let (Phase::Blocked { .. }, Some(new)) = (&self.phase, &blocker)
+            && self.blocker.as_ref() != Some(new)
+        {
+            self.emit_blocked(new.clone());
+        }
+        self.blocker = blocker;
         self.advance(now);
     }
 
@@ -369,98 +718,149 @@ impl TierMachine {
                 self.last_write = Some(kind);
                 self.attempt = 0;
                 self.last_error = None;
-                self.blocked_since = None;
-                self.written_basis = Some(basis.clone());
+                self.error_since = None;
+                let tier = self.spec.name.clone();
+                self.events.push_back(match kind {
+                    WriteKind::Create => TierEvent::Created { tier },
+                    WriteKind::Update => TierEvent::Corrected { tier },
+                });
                 self.phase = Phase::AwaitEcho {
                     basis,
                     deadline: now + self.config.echo_timeout,
                 };
             }
-            Err(error) => {
-                self.attempt = self.attempt.saturating_add(1);
-                let backoff = self.config.backoff;
-                let unit = self.rng.f64();
-                let (wait, wake) = match error.class {
-                    ErrorClass::Stale => {
-                        // The server knows something the cache does not show yet: give the
-                        // cache as long to catch up as after a successful write.
-                        self.outcomes.stale += 1;
-                        let wait = backoff
-                            .delay(self.attempt, None, unit)
-                            .max(self.config.echo_timeout)
-                            .min(backoff.cap);
-                        (wait, Wake::TierChange(basis))
-                    }
-                    ErrorClass::Transient => {
-                        self.outcomes.transient += 1;
-                        (
-                            backoff.delay(self.attempt, error.retry_after, unit),
-                            Wake::Never,
-                        )
-                    }
-                    ErrorClass::Blocked => {
-                        self.outcomes.blocked += 1;
-                        let wake = Wake::SetChange {
-                            generation,
-                            not_before: now + backoff.initial,
-                        };
-                        (self.config.blocked_retry, wake)
-                    }
-                };
-                if error.class == ErrorClass::Blocked {
-                    self.blocked_since.get_or_insert(now);
-                } else {
-                    self.blocked_since = None;
-                }
-                self.last_error = Some(error);
-                self.phase = Phase::Waiting {
-                    until: now + wait,
-                    wake,
-                };
-            }
+            Err(error) => self.failed(error, basis, generation, now),
         }
         self.advance(now);
     }
 
+    fn failed(
+        &mut self,
+        error: WriteError,
+        basis: Fingerprint,
+        generation: Generation,
+        now: Instant,
+    ) {
+        let class = error.class;
+        self.outcomes.count(class);
+        if self.last_error.as_ref().map(|e| e.class) != Some(class) {
+            self.attempt = 0;
+            self.error_since = Some(now);
+        }
+        self.attempt = self.attempt.saturating_add(1);
+        let unit = self.rng.f64();
+        let config = &self.config;
+        let tier = self.spec.name.clone();
+        let (wait, wake) = match class {
+            ErrorClass::Stale => {
+                // The server knows something the cache does not show yet: give the cache as
+                // long to catch up as after a successful write.
+                let wait = config
+                    .backoff
+                    .delay(self.attempt, None, unit)
+                    .max(config.echo_timeout)
+                    .min(config.backoff.cap);
+                (wait, Wake::TierChange(basis))
+            }
+            ErrorClass::Transient => (
+                config.backoff.delay(self.attempt, error.retry_after, unit),
+                Wake::Never,
+            ),
+            ErrorClass::Denied => {
+                if self.attempt == config.denied_warn_after {
+                    self.events.push_back(TierEvent::Denied {
+                        tier,
+                        message: error.message.clone(),
+                    });
+                }
+                (
+                    config
+                        .denied_backoff
+                        .delay(self.attempt, error.retry_after, unit),
+                    Wake::Never,
+                )
+            }
+            ErrorClass::Forbidden => {
+                if self.attempt == 1 {
+                    self.events.push_back(TierEvent::Forbidden {
+                        tier,
+                        permission: error.permission.clone(),
+                        message: error.message.clone(),
+                    });
+                }
+                (
+                    config
+                        .forbidden_backoff
+                        .delay(self.attempt, error.retry_after, unit),
+                    Wake::Never,
+                )
+            }
+            ErrorClass::NotInstalled => {
+                if self.attempt == 1 {
+                    self.events.push_back(TierEvent::NotInstalled {
+                        tier,
+                        message: error.message.clone(),
+                    });
+                }
+                let wake = Wake::SetChange {
+                    generation,
+                    not_before: now + config.backoff.initial,
+                };
+                (config.not_installed_retry, wake)
+            }
+        };
+        self.last_error = Some(error);
+        self.phase = Phase::Waiting {
+            until: now + wait,
+            wake,
+        };
+    }
+
     /// Input: time has passed (call when `now` reaches [`poll_timeout`](Self::poll_timeout)).
+    /// Timers (backoffs, hold-offs, the echo timeout, the end of a contest) fire only here.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(last) = self.contest.last_correction
+            && now >= last + self.config.contest.quiet
+            && !matches!(self.phase, Phase::Hold { .. } | Phase::InFlight { .. })
+        {
+            self.contest.last_correction = None;
+            self.contest.streak = 0;
+            self.contest.holds = 0;
+            if self.contest.contested {
+                self.contest.contested = false;
+                self.events.push_back(TierEvent::ContestEnded {
+                    tier: self.spec.name.clone(),
+                });
+            }
+        }
+        self.advance_timers(now);
         self.advance(now);
     }
 
     /// Output: the call to make now, if any. At most one call is ever in flight: after an
     /// action, the next comes only once its outcome has been handed in.
     pub fn poll_action(&mut self, now: Instant) -> Option<Action> {
-        self.advance(now);
         if self.phase != Phase::Ready {
             return None;
         }
         let action = match decide(&self.spec, &self.observed) {
             Decision::WaitForSync | Decision::InSync => return None,
-            Decision::Create => Action::Create(self.spec.clone()),
+            Decision::Create => {
+                if let Some(blocker) = self.blocker.clone() {
+                    self.phase = Phase::Blocked { since: now };
+                    self.emit_blocked(blocker);
+                    return None;
+                }
+                Action::Create(self.spec.clone())
+            }
             Decision::Update { resource_version } => Action::Update {
                 tier: self.spec.clone(),
                 resource_version,
             },
         };
-        let correction = self
-            .written_basis
-            .as_ref()
-            .is_some_and(|basis| *basis != self.fingerprint());
-        if correction {
-            // Someone changed what we wrote: this write is a correction.
-            if self.quiet_since_last_correction(now) {
-                self.contest_level = 0;
-            }
-            if let Some(hold) = self.hold_off().filter(|_| !self.hold_served) {
-                self.phase = Phase::Hold { until: now + hold };
-                return None;
-            }
-            self.contest_level = self.contest_level.saturating_add(1);
-            self.last_correction = Some(now);
-            self.corrections += 1;
-            self.written_basis = None;
+        if self.was_in_sync && !self.take_token(now) {
+            return None;
         }
-        self.hold_served = false;
         self.phase = Phase::InFlight {
             basis: self.fingerprint(),
             generation: self.generation,
@@ -471,47 +871,143 @@ impl TierMachine {
 
     /// Output: when the machine next needs [`handle_timeout`](Self::handle_timeout), if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match &self.phase {
+        let phase = match &self.phase {
             Phase::AwaitEcho { deadline, .. } => Some(*deadline),
             Phase::Waiting { until, .. } | Phase::Hold { until } => Some(*until),
             _ => None,
+        };
+        let quiet = self
+            .contest
+            .last_correction
+            .filter(|_| self.contest.contested)
+            .map(|at| at + self.config.contest.quiet);
+        match (phase, quiet) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
+    }
+
+    /// Output: the next event, oldest first; `None` when all were taken.
+    pub fn poll_event(&mut self) -> Option<TierEvent> {
+        self.events.pop_front()
     }
 
     /// Getter: the published status.
     pub fn status(&self) -> TierStatus {
-        let state = match (&self.phase, &self.last_error, self.blocked_since) {
+        let state = match (&self.phase, &self.last_error, self.error_since) {
             (Phase::Converged, _, _) => TierState::Converged,
             (Phase::Hold { until }, _, _) => TierState::Contested {
-                corrections: self.contest_level,
+                streak: self.contest.streak,
                 until: *until,
             },
-            (_, Some(error), Some(since)) if error.class == ErrorClass::Blocked => {
+            (Phase::Blocked { since }, _, _) => {
+                let blocker = self.blocker.clone().unwrap_or(Blocker {
+                    tiers: Vec::new(),
+                    reason: String::new(),
+                });
                 TierState::Blocked {
-                    since,
-                    attempt: self.attempt,
-                    message: error.message.clone(),
+                    since: *since,
+                    blockers: blocker.tiers,
+                    reason: blocker.reason,
                 }
             }
-            (_, Some(error), _) => TierState::Retrying {
-                attempt: self.attempt,
-                class: error.class,
-                error: error.message.clone(),
-            },
-            (_, None, _) => TierState::Pending,
+            (_, Some(error), Some(since)) => {
+                let (attempt, message) = (self.attempt, error.message.clone());
+                match error.class {
+                    ErrorClass::Denied => TierState::Denied {
+                        since,
+                        attempt,
+                        message,
+                    },
+                    ErrorClass::Forbidden => TierState::Forbidden {
+                        since,
+                        attempt,
+                        permission: error.permission.clone(),
+                        message,
+                    },
+                    ErrorClass::NotInstalled => TierState::NotInstalled {
+                        since,
+                        attempt,
+                        message,
+                    },
+                    class @ (ErrorClass::Stale | ErrorClass::Transient) => TierState::Retrying {
+                        attempt,
+                        class,
+                        error: message,
+                    },
+                }
+            }
+            _ => TierState::Pending,
         };
         TierStatus {
             name: self.spec.name.clone(),
             state,
             outcomes: self.outcomes,
             corrections: self.corrections,
-            contested: self.contest_level >= self.config.fight.threshold,
+            contested: self.contest.contested,
             converged_at: self.converged_at,
             last_write: self.last_write,
         }
     }
 
-    /// Moves through every transition that the current inputs allow.
+    fn emit_blocked(&mut self, blocker: Blocker) {
+        self.events.push_back(TierEvent::Blocked {
+            tier: self.spec.name.clone(),
+            blockers: blocker.tiers,
+            reason: blocker.reason,
+        });
+    }
+
+    /// Spends a token on a correction, or holds it off; `false` when held off.
+    fn take_token(&mut self, now: Instant) -> bool {
+        let policy = &self.config.contest;
+        let contest = &mut self.contest;
+        if contest.hold_served {
+            contest.hold_served = false;
+        } else {
+            refill(contest, policy, now);
+            if contest.tokens == 0 {
+                let factor = 1u32.checked_shl(contest.holds.min(31)).unwrap_or(u32::MAX);
+                let hold = policy.hold_initial.saturating_mul(factor).min(policy.hold_cap);
+                contest.holds = contest.holds.saturating_add(1);
+                self.phase = Phase::Hold { until: now + hold };
+                if !contest.contested {
+                    contest.contested = true;
+                    self.events.push_back(TierEvent::Contested {
+                        tier: self.spec.name.clone(),
+                        streak: contest.streak,
+                    });
+                }
+                return false;
+            }
+            contest.tokens -= 1;
+            contest.refill_from.get_or_insert(now);
+        }
+        contest.streak = contest.streak.saturating_add(1);
+        contest.last_correction = Some(now);
+        self.corrections += 1;
+        self.was_in_sync = false;
+        true
+    }
+
+    /// Moves timed phases whose time has come.
+    fn advance_timers(&mut self, now: Instant) {
+        let ready = match &self.phase {
+            Phase::AwaitEcho { deadline, .. } => now >= *deadline,
+            Phase::Waiting { until, .. } => now >= *until,
+            Phase::Hold { until } => {
+                let over = now >= *until;
+                self.contest.hold_served |= over;
+                over
+            }
+            _ => false,
+        };
+        if ready {
+            self.phase = Phase::Ready;
+        }
+    }
+
+    /// Moves through every transition that the current inputs (not time) allow.
     fn advance(&mut self, now: Instant) {
         match &self.phase {
             Phase::InFlight { .. } => return,
@@ -524,10 +1020,9 @@ impl TierMachine {
         }
         let ready = match &self.phase {
             Phase::Unsynced | Phase::Ready | Phase::Converged => true,
-            Phase::AwaitEcho { basis, deadline } => {
-                *basis != self.fingerprint() || now >= *deadline
-            }
-            Phase::Waiting { until, wake } => match wake {
+            Phase::AwaitEcho { basis, .. } => *basis != self.fingerprint(),
+            Phase::Blocked { .. } => self.blocker.is_none() || !self.wants_create(),
+            Phase::Waiting { wake, .. } => match wake {
                 Wake::SetChange {
                     generation,
                     not_before,
@@ -539,14 +1034,9 @@ impl TierMachine {
                     };
                     false
                 }
-                _ => now >= *until || self.woken(wake),
+                _ => self.woken(wake),
             },
-            Phase::Hold { until } => {
-                let over = now >= *until;
-                self.hold_served |= over;
-                over
-            }
-            Phase::InFlight { .. } => false,
+            Phase::Hold { .. } | Phase::InFlight { .. } => false,
         };
         if ready {
             self.phase = Phase::Ready;
@@ -557,8 +1047,9 @@ impl TierMachine {
         self.phase = Phase::Converged;
         self.attempt = 0;
         self.last_error = None;
-        self.blocked_since = None;
-        self.hold_served = false;
+        self.error_since = None;
+        self.contest.hold_served = false;
+        self.was_in_sync = true;
         self.converged_at.get_or_insert(now);
     }
 
@@ -573,17 +1064,27 @@ impl TierMachine {
     fn fingerprint(&self) -> Fingerprint {
         self.observed.resource_version().map(str::to_owned)
     }
+}
 
-    fn quiet_since_last_correction(&self, now: Instant) -> bool {
-        self.last_correction
-            .is_none_or(|at| now.saturating_duration_since(at) > self.config.fight.quiet)
+/// Adds the tokens earned since `refill_from`, up to `burst`.
+fn refill(contest: &mut Contest, policy: &ContestPolicy, now: Instant) {
+    let Some(from) = contest.refill_from else {
+        return;
+    };
+    if contest.tokens >= policy.burst {
+        return;
     }
-
-    /// How long to hold off the next correction, if the Tier is contested.
-    fn hold_off(&self) -> Option<Duration> {
-        let fight = &self.config.fight;
-        let over = self.contest_level.checked_sub(fight.threshold)?;
-        let factor = 1u32.checked_shl(over.min(31)).unwrap_or(u32::MAX);
-        Some(fight.initial.saturating_mul(factor).min(fight.cap))
+    let elapsed = now.saturating_duration_since(from);
+    let earned = if policy.refill.is_zero() {
+        u128::from(policy.burst)
+    } else {
+        elapsed.as_nanos() / policy.refill.as_nanos()
+    };
+    let earned = u32::try_from(earned).unwrap_or(u32::MAX);
+    contest.tokens = contest.tokens.saturating_add(earned).min(policy.burst);
+    if contest.tokens < policy.burst {
+        contest.refill_from = Some(from + policy.refill.saturating_mul(earned));
+    } else {
+        contest.refill_from = None;
     }
 }
