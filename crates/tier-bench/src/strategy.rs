@@ -18,7 +18,7 @@ where
     let desired = DesiredSet::antrea();
     if strategy == TIERD {
         let config = DriverConfig {
-            seed,
+            seed: Some(seed),
             ..DriverConfig::default()
         };
         tier_runtime::spawn(lister, writer, desired, config, Mode::Once)

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister, TierState};
+use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister};
 use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
 
 use crate::cli::{ClusterArgs, EnsureArgs, PlanArgs, exit};
@@ -69,22 +69,7 @@ fn pending(status: &Status) -> String {
     if !status.synced {
         return "\n  - the Tier cache never synced".to_owned();
     }
-    status
-        .unconverged()
-        .map(|t| {
-            let why = match &t.state {
-                TierState::Blocked { message, .. } => format!("blocked: {message}"),
-                TierState::Retrying { attempt, error, .. } => {
-                    format!("retrying (attempt {attempt}): {error}")
-                }
-                TierState::Contested { corrections, .. } => {
-                    format!("contested: corrected {corrections} times in a row")
-                }
-                other => other.as_str().to_owned(),
-            };
-            format!("\n  - {}: {why}", t.name)
-        })
-        .collect()
+    status.unconverged().map(|t| format!("\n  - {t}")).collect()
 }
 
 /// The desired set: the `--tiers` file, or Antrea's six.

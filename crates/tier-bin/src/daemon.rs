@@ -73,7 +73,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
 
     let policy = policy(&desired, &args.controller_user);
     let events_client = client.clone();
-    let ensurer = tier_runtime::spawn(
+    let (ensurer, events) = tier_runtime::spawn_with_events(
         lister.clone(),
         writer,
         desired,
@@ -82,11 +82,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     );
     let status = ensurer.status();
     let reporter = tier_kube::events::reporter(args.pod_name.clone());
-    tokio::spawn(tier_kube::events::publish(
-        events_client,
-        reporter,
-        status.clone(),
-    ));
+    tokio::spawn(tier_kube::events::publish(events_client, reporter, events));
 
     let shutdown = Shutdown::new();
     let readiness = Readiness::standard(status.clone(), &shutdown);

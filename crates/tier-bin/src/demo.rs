@@ -3,8 +3,9 @@
 //! The cluster starts with one Tier right, one with a drifted priority and description, one with
 //! a drifted description, three missing, and a user's Tier `team-a` squatting networkops'
 //! priority. The API fails some calls (503s, a 429 with `Retry-After`), and an administrator
-//! deletes the squatter after 1.5 s. Every API call and every state change is printed as it
-//! happens; the demo ends with the final table.
+//! deletes the squatter after 1.5 s. tierd sees the squatter in its cache and sends no create
+//! for networkops until it is gone. Every API call, every event of the driver's event stream
+//! and every state change is printed as it happens; the demo ends with the final table.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tier_core::{
-    DesiredSet, DriverConfig, Mode, Snapshot, Status, Stopped, TierSpec, TierState, TierWriter,
+    DesiredSet, DriverConfig, EventReceiver, Mode, Snapshot, Status, Stopped, TierSpec, TierWriter,
     WriteError,
 };
 use tier_memory::{MemoryCluster, Verb, faults};
@@ -160,10 +161,10 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
         narrator: narrator.clone(),
     };
     let config = DriverConfig {
-        seed,
+        seed: Some(seed),
         ..DriverConfig::default()
     };
-    let ensurer = tier_runtime::spawn(
+    let (ensurer, events) = tier_runtime::spawn_with_events(
         cluster.lister(),
         writer,
         desired.clone(),
@@ -174,6 +175,7 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     let status = ensurer.status();
 
     let narrate_states = tokio::spawn(narrate_states(status.clone(), narrator.clone()));
+    let narrate_events = tokio::spawn(narrate_events(events, narrator.clone()));
     let admin = {
         let (cluster, narrator) = (cluster.clone(), narrator.clone());
         tokio::spawn(async move {
@@ -197,6 +199,7 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     admin.abort();
     // The state narrator ends when the driver's status channel closes.
     let _ = narrate_states.await;
+    let _ = narrate_events.await;
 
     let calls = cluster.calls();
     let writes = calls.count(Verb::Create) + calls.count(Verb::Update);
@@ -225,6 +228,13 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     }
 }
 
+/// Prints every event of the driver's stream until the driver stops.
+async fn narrate_events(mut events: EventReceiver, narrator: Narrator) {
+    while let Some(event) = events.recv().await {
+        narrator.line(format!("event: {event}"));
+    }
+}
+
 /// Prints one line per Tier state change until the driver stops.
 async fn narrate_states(mut status: tier_core::StatusHandle, narrator: Narrator) {
     let mut last: Vec<&'static str> = Vec::new();
@@ -235,15 +245,8 @@ async fn narrate_states(mut status: tier_core::StatusHandle, narrator: Narrator)
             if last.get(i) == Some(&label) {
                 continue;
             }
-            let detail = match &tier.state {
-                TierState::Blocked { message, .. } => format!(": {message}"),
-                TierState::Retrying { attempt, error, .. } => {
-                    format!(" (attempt {attempt}): {error}")
-                }
-                _ => String::new(),
-            };
             if !(label == "pending" && last.is_empty()) {
-                narrator.line(format!("tier {}: {label}{detail}", tier.name));
+                narrator.line(format!("tier {tier}"));
             }
         }
         last = now.tiers.iter().map(|t| t.state.as_str()).collect();
@@ -302,17 +305,28 @@ mod tests {
             tier_core::Observed::Absent
         );
         assert!(
-            text.contains("tier networkops: blocked: admission webhook"),
+            text.contains("tier networkops blocked: priority 150 is held by Tier team-a"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "event: Tier networkops cannot be created: priority 150 is held by Tier team-a"
+            ),
             "{text}"
         );
         assert!(text.contains("admin: deletes Tier team-a"), "{text}");
         assert!(text.contains("Converged in"), "{text}");
         // 2 updates of application (one 429), 1 of platform, 3 creates of securityops (two
-        // 503s), 1 of emergency, and N creates of networkops: denied until the squatter goes.
-        let n = text.matches("api: create networkops").count();
-        assert!(n >= 2, "{text}");
-        assert_eq!(outcome.writes, 7 + n, "{text}");
-        assert_eq!(outcome.failed_writes, 2 + n, "{text}");
+        // 503s), 1 of emergency, and exactly one create of networkops, after the squatter went:
+        // no doomed create.
+        assert_eq!(text.matches("api: create networkops").count(), 1, "{text}");
+        assert_eq!(outcome.writes, 8, "{text}");
+        assert_eq!(outcome.failed_writes, 3, "{text}");
+        let deleted = text
+            .find("admin: deletes Tier team-a")
+            .unwrap_or(usize::MAX);
+        let created = text.find("api: create networkops").unwrap_or(0);
+        assert!(created > deleted, "{text}");
         for untouched in ["baseline", SQUATTER] {
             assert!(!text.contains(&format!("create {untouched} ->")), "{text}");
             assert!(!text.contains(&format!("update {untouched} ->")), "{text}");

@@ -252,7 +252,10 @@ struct Published<'a> {
 }
 
 impl<'a> Published<'a> {
-    fn new(tx: &'a watch::Sender<Status>, events: Option<mpsc::UnboundedSender<TierEvent>>) -> Self {
+    fn new(
+        tx: &'a watch::Sender<Status>,
+        events: Option<mpsc::UnboundedSender<TierEvent>>,
+    ) -> Self {
         Self {
             tx,
             events,
@@ -284,7 +287,10 @@ impl<'a> Published<'a> {
             self.initialized = true;
             tracing::info!(
                 tiers = status.tiers.len(),
-                seconds = status.time_to_initialized().unwrap_or_default().as_secs_f64(),
+                seconds = status
+                    .time_to_initialized()
+                    .unwrap_or_default()
+                    .as_secs_f64(),
                 "system Tiers initialized"
             );
         }

@@ -228,8 +228,12 @@ pub fn predict(policy: &AdmissionPolicy, spec: &TierSpec, snapshot: &Snapshot) -
         priority: spec.priority,
     };
     let others = || tiers.values().filter(|t| t.name != spec.name);
-    let denial = admission::review(policy, &request, others().map(|t| (t.name.as_str(), t.priority)))
-        .err()?;
+    let denial = admission::review(
+        policy,
+        &request,
+        others().map(|t| (t.name.as_str(), t.priority)),
+    )
+    .err()?;
     let blockers: Vec<&crate::ObservedTier> = others()
         .filter(|b| {
             let without = others()

@@ -101,9 +101,9 @@ impl Default for MachineConfig {
 /// A *correction* is a write that restores a Tier that had been observed in sync (an update, or
 /// a re-create after a deletion). Each spends a token; the bucket holds `burst` tokens and
 /// gains one every `refill`, so an actor slower than one change per `refill` is corrected at
-/// once, every time. Without a token the Tier is *contested*: the correction waits
-/// `hold_initial`, doubling with each hold in a row up to `hold_cap`. The contest ends (a
-/// [`TierEvent::ContestEnded`]) once no correction was needed for `quiet`.
+/// once, every time. Without a token the Tier is *contested*: this and every further correction
+/// waits `hold_initial`, doubling with each hold up to `hold_cap`. The contest ends (a
+/// [`TierEvent::ContestEnded`], and a full bucket) once no correction was needed for `quiet`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContestPolicy {
     /// Immediate corrections before holding off (default 3).
@@ -286,9 +286,9 @@ impl TierState {
 
 fn attempts(n: u32) -> String {
     if n == 1 {
-        "1 attempt".to_owned()
+        "1 failed attempt".to_owned()
     } else {
-        format!("{n} attempts")
+        format!("{n} failed attempts")
     }
 }
 
@@ -495,7 +495,9 @@ impl TierEvent {
     pub fn is_warning(&self) -> bool {
         !matches!(
             self,
-            TierEvent::Created { .. } | TierEvent::Corrected { .. } | TierEvent::ContestEnded { .. }
+            TierEvent::Created { .. }
+                | TierEvent::Corrected { .. }
+                | TierEvent::ContestEnded { .. }
         )
     }
 }
@@ -826,6 +828,8 @@ impl TierMachine {
             self.contest.last_correction = None;
             self.contest.streak = 0;
             self.contest.holds = 0;
+            self.contest.tokens = self.config.contest.burst;
+            self.contest.refill_from = None;
             if self.contest.contested {
                 self.contest.contested = false;
                 self.events.push_back(TierEvent::ContestEnded {
@@ -966,9 +970,14 @@ impl TierMachine {
             contest.hold_served = false;
         } else {
             refill(contest, policy, now);
-            if contest.tokens == 0 {
+            // While contested, every correction waits: a bucket refilled during a long hold
+            // must not buy a new burst.
+            if contest.tokens == 0 || contest.contested {
                 let factor = 1u32.checked_shl(contest.holds.min(31)).unwrap_or(u32::MAX);
-                let hold = policy.hold_initial.saturating_mul(factor).min(policy.hold_cap);
+                let hold = policy
+                    .hold_initial
+                    .saturating_mul(factor)
+                    .min(policy.hold_cap);
                 contest.holds = contest.holds.saturating_add(1);
                 self.phase = Phase::Hold { until: now + hold };
                 if !contest.contested {

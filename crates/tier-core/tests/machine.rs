@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use tier_core::{
-    Action, ErrorClass, MachineConfig, Observed, ObservedTier, TierMachine, TierSpec, TierState,
-    WriteError,
+    Action, Blocker, ErrorClass, MachineConfig, Observed, ObservedTier, TierEvent, TierMachine,
+    TierSpec, TierState, WriteError,
 };
 
 fn spec() -> TierSpec {
@@ -26,21 +26,39 @@ fn machine() -> TierMachine {
 }
 
 const MS: Duration = Duration::from_millis(1);
+const S: Duration = Duration::from_secs(1);
+
+/// What a fleet does at `now`: fire the timers due, then ask for an action.
+fn step(m: &mut TierMachine, now: Instant) -> Option<Action> {
+    m.handle_timeout(now);
+    m.poll_action(now)
+}
+
+fn events(m: &mut TierMachine) -> Vec<TierEvent> {
+    std::iter::from_fn(|| m.poll_event()).collect()
+}
+
+fn squatter() -> Blocker {
+    Blocker {
+        tiers: vec!["team-a".into()],
+        reason: "priority 253 is held by Tier team-a".into(),
+    }
+}
 
 #[test]
 fn waits_for_sync_then_creates_once() {
     let t0 = Instant::now();
     let mut m = machine();
-    assert_eq!(m.poll_action(t0), None);
+    assert_eq!(step(&mut m, t0), None);
     m.handle_observation(Observed::Unknown, 0, t0);
-    assert_eq!(m.poll_action(t0), None, "no action before sync");
+    assert_eq!(step(&mut m, t0), None, "no action before sync");
     m.handle_observation(Observed::Absent, 1, t0);
-    assert_eq!(m.poll_action(t0), Some(Action::Create(spec())));
+    assert_eq!(step(&mut m, t0), Some(Action::Create(spec())));
     assert!(m.is_in_flight());
-    assert_eq!(m.poll_action(t0), None, "one call in flight at most");
+    assert_eq!(step(&mut m, t0), None, "one call in flight at most");
     m.handle_observation(Observed::Absent, 2, t0);
     assert_eq!(
-        m.poll_action(t0),
+        step(&mut m, t0),
         None,
         "observations do not start a second call"
     );
@@ -51,11 +69,11 @@ fn waits_for_the_echo_of_a_write() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(Observed::Absent, 1, t0);
-    let _ = m.poll_action(t0);
+    let _ = step(&mut m, t0);
     m.handle_outcome(Ok(()), t0);
     // The cache still shows the pre-write state: no second create.
     m.handle_observation(Observed::Absent, 1, t0 + 100 * MS);
-    assert_eq!(m.poll_action(t0 + 100 * MS), None);
+    assert_eq!(step(&mut m, t0 + 100 * MS), None);
     assert_eq!(m.poll_timeout(), Some(t0 + Duration::from_secs(3)));
     m.handle_observation(present(253, "desc", "5"), 2, t0 + 200 * MS);
     assert!(m.is_converged());
@@ -68,11 +86,11 @@ fn a_write_never_echoed_is_retried_after_the_deadline() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(Observed::Absent, 1, t0);
-    let _ = m.poll_action(t0);
+    let _ = step(&mut m, t0);
     m.handle_outcome(Ok(()), t0);
     let deadline = m.poll_timeout().unwrap();
-    assert_eq!(m.poll_action(deadline - MS), None);
-    assert_eq!(m.poll_action(deadline), Some(Action::Create(spec())));
+    assert_eq!(step(&mut m, deadline - MS), None);
+    assert_eq!(step(&mut m, deadline), Some(Action::Create(spec())));
 }
 
 #[test]
@@ -83,12 +101,12 @@ fn transient_errors_back_off_with_jitter_and_retry_after() {
     let mut now = t0;
     let mut waits = Vec::new();
     for attempt in 1..=8u32 {
-        assert!(m.poll_action(now).is_some(), "attempt {attempt}");
+        assert!(step(&mut m, now).is_some(), "attempt {attempt}");
         m.handle_outcome(Err(WriteError::transient("503")), now);
         let next = m.poll_timeout().unwrap();
         waits.push(next - now);
         assert_eq!(
-            m.poll_action(next - MS),
+            step(&mut m, next - MS),
             None,
             "no retry before the backoff ends"
         );
@@ -111,7 +129,7 @@ fn transient_errors_back_off_with_jitter_and_retry_after() {
         );
     }
     // Retry-After is a lower bound.
-    let _ = m.poll_action(now);
+    let _ = step(&mut m, now);
     m.handle_outcome(
         Err(WriteError::transient("429").with_retry_after(Duration::from_secs(9))),
         now,
@@ -124,14 +142,14 @@ fn convergence_during_a_backoff_ends_it_and_resets_attempts() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(Observed::Absent, 1, t0);
-    let _ = m.poll_action(t0);
+    let _ = step(&mut m, t0);
     m.handle_outcome(Err(WriteError::transient("timeout")), t0);
     m.handle_observation(present(253, "desc", "9"), 2, t0 + MS);
     assert!(m.is_converged());
     assert_eq!(m.poll_timeout(), None);
     // A later drift starts from attempt 1 again.
     m.handle_observation(present(1, "desc", "10"), 3, t0 + 2 * MS);
-    let _ = m.poll_action(t0 + 2 * MS);
+    let _ = step(&mut m, t0 + 2 * MS);
     m.handle_outcome(Err(WriteError::transient("timeout")), t0 + 2 * MS);
     assert!(matches!(
         m.status().state,
@@ -144,7 +162,7 @@ fn stale_errors_wait_for_a_change_of_this_tier_not_for_a_backoff() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(present(1, "", "5"), 1, t0);
-    let action = m.poll_action(t0);
+    let action = step(&mut m, t0);
     assert_eq!(
         action,
         Some(Action::Update {
@@ -154,13 +172,13 @@ fn stale_errors_wait_for_a_change_of_this_tier_not_for_a_backoff() {
     );
     m.handle_outcome(Err(WriteError::stale("Conflict")), t0);
     // Nothing changed: no hot loop, not even when another Tier changes.
-    assert_eq!(m.poll_action(t0), None);
+    assert_eq!(step(&mut m, t0), None);
     m.handle_observation(present(1, "", "5"), 2, t0 + MS);
-    assert_eq!(m.poll_action(t0 + MS), None);
+    assert_eq!(step(&mut m, t0 + MS), None);
     // This Tier changed: decide again at once, on the new version.
     m.handle_observation(present(2, "", "6"), 3, t0 + 2 * MS);
     assert_eq!(
-        m.poll_action(t0 + 2 * MS),
+        step(&mut m, t0 + 2 * MS),
         Some(Action::Update {
             tier: spec(),
             resource_version: "6".into()
@@ -173,7 +191,7 @@ fn stale_errors_fall_back_to_the_backoff_when_nothing_changes() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(Observed::Absent, 1, t0);
-    let _ = m.poll_action(t0);
+    let _ = step(&mut m, t0);
     m.handle_outcome(Err(WriteError::stale("AlreadyExists")), t0);
     let fallback = m.poll_timeout().unwrap();
     assert_eq!(
@@ -181,43 +199,390 @@ fn stale_errors_fall_back_to_the_backoff_when_nothing_changes() {
         Duration::from_secs(3),
         "the cache gets the echo timeout"
     );
-    assert_eq!(m.poll_action(fallback), Some(Action::Create(spec())));
+    assert_eq!(step(&mut m, fallback), Some(Action::Create(spec())));
 }
 
 #[test]
-fn blocked_tiers_retry_on_any_set_change_and_slowly_otherwise() {
+fn a_create_the_cache_predicts_denied_is_never_sent_and_names_the_blocker() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(Observed::Absent, 1, t0);
-    let _ = m.poll_action(t0);
-    m.handle_outcome(Err(WriteError::blocked("overlaps with existing Tier")), t0);
+    m.handle_blocker(Some(squatter()), t0);
+    assert_eq!(step(&mut m, t0), None, "a doomed create");
     match m.status().state {
-        TierState::Blocked { since, message, .. } => {
+        TierState::Blocked {
+            since,
+            blockers,
+            reason,
+        } => {
             assert_eq!(since, t0);
-            assert_eq!(message, "overlaps with existing Tier");
+            assert_eq!(blockers, ["team-a"]);
+            assert_eq!(reason, "priority 253 is held by Tier team-a");
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(m.poll_timeout(), Some(t0 + Duration::from_secs(10)));
-    assert_eq!(m.poll_action(t0 + Duration::from_secs(5)), None);
-    // Another Tier changed (the squatter went away): retry now.
-    m.handle_observation(Observed::Absent, 2, t0 + Duration::from_secs(5));
     assert_eq!(
-        m.poll_action(t0 + Duration::from_secs(5)),
-        Some(Action::Create(spec()))
+        m.status().to_string(),
+        "baseline blocked: priority 253 is held by Tier team-a"
     );
+    assert_eq!(
+        m.poll_timeout(),
+        None,
+        "no timer: only the blocker's change wakes it"
+    );
+    // Unrelated changes of the set, for a long time: still nothing sent, one event.
+    for i in 0..100u32 {
+        let now = t0 + i * 100 * MS;
+        m.handle_observation(Observed::Absent, 2 + u64::from(i), now);
+        m.handle_blocker(Some(squatter()), now);
+        assert_eq!(step(&mut m, now), None);
+    }
+    assert_eq!(
+        events(&mut m),
+        [TierEvent::Blocked {
+            tier: "baseline".into(),
+            blockers: vec!["team-a".into()],
+            reason: "priority 253 is held by Tier team-a".into(),
+        }]
+    );
+    // The blocker goes: create in the same step.
+    let gone = t0 + 11 * S;
+    m.handle_observation(Observed::Absent, 200, gone);
+    m.handle_blocker(None, gone);
+    assert_eq!(step(&mut m, gone), Some(Action::Create(spec())));
+}
+
+#[test]
+fn a_new_blocker_starts_a_new_episode() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    m.handle_blocker(Some(squatter()), t0);
+    assert_eq!(step(&mut m, t0), None);
+    let other = Blocker {
+        tiers: vec!["team-b".into()],
+        reason: "priority 253 is held by Tier team-b".into(),
+    };
+    m.handle_blocker(Some(other.clone()), t0 + MS);
+    let blocked: Vec<_> = events(&mut m)
+        .into_iter()
+        .filter(|e| matches!(e, TierEvent::Blocked { .. }))
+        .collect();
+    assert_eq!(blocked.len(), 2, "{blocked:?}");
+    assert!(
+        matches!(m.status().state, TierState::Blocked { ref reason, .. } if *reason == other.reason)
+    );
+}
+
+#[test]
+fn a_denial_the_cache_does_not_explain_retries_on_a_short_backoff() {
+    // The webhook's cache lags ours: it still sees the blocker we saw go.
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for attempt in 1..=6u32 {
+        assert_eq!(step(&mut m, now), Some(Action::Create(spec())), "{attempt}");
+        m.handle_outcome(Err(WriteError::denied("overlaps with existing Tier")), now);
+        assert!(
+            matches!(m.status().state, TierState::Denied { attempt: a, .. } if a == attempt),
+            "{:?}",
+            m.status().state
+        );
+        // Changes of other Tiers do not wake it: only time does.
+        m.handle_observation(Observed::Absent, 1 + u64::from(attempt), now + MS);
+        assert_eq!(m.poll_action(now + MS), None);
+        let next = m.poll_timeout().unwrap();
+        assert_eq!(step(&mut m, next - MS), None);
+        waits.push(next - now);
+        now = next;
+    }
+    let nominal = [200u64, 400, 800, 1600, 2000, 2000];
+    for (wait, nominal) in waits.iter().zip(nominal) {
+        let nominal = Duration::from_millis(nominal);
+        assert!(*wait >= nominal / 2 && *wait <= nominal, "{waits:?}");
+    }
+    // One Denied event, once the denials persist; never a Blocked one.
+    let evs = events(&mut m);
+    assert_eq!(
+        evs,
+        [TierEvent::Denied {
+            tier: "baseline".into(),
+            message: "overlaps with existing Tier".into()
+        }]
+    );
+}
+
+#[test]
+fn a_lost_create_denied_as_overlapping_itself_is_not_blocked() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    assert!(step(&mut m, t0).is_some());
+    // The create was applied, but its answer was lost.
+    m.handle_outcome(Err(WriteError::transient("connection reset")), t0);
+    let retry = m.poll_timeout().unwrap();
+    assert_eq!(step(&mut m, retry), Some(Action::Create(spec())));
+    // Our cache still trails: the webhook denies the retry, the Tier it overlaps being itself.
     m.handle_outcome(
-        Err(WriteError::blocked("still")),
-        t0 + Duration::from_secs(6),
+        Err(WriteError::denied("overlaps with existing Tier")),
+        retry,
     );
+    assert!(matches!(m.status().state, TierState::Denied { .. }));
+    // The next observation settles it.
+    m.handle_observation(present(253, "desc", "3"), 2, retry + 300 * MS);
+    assert!(m.is_converged());
+    let evs = events(&mut m);
+    assert!(evs.iter().all(|e| !e.is_warning()), "{evs:?}");
+}
+
+#[test]
+fn forbidden_waits_for_its_own_backoff_whatever_the_set_does() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let permission = "create resource \"tiers\" in API group \"crd.antrea.io\"".to_owned();
+    let mut calls = Vec::new();
+    let mut generation = 1;
+    let mut now = t0;
+    while now < t0 + 6 * S {
+        if let Some(action) = step(&mut m, now) {
+            calls.push(now);
+            assert_eq!(action, Action::Create(spec()));
+            let error = WriteError::forbidden("forbidden", Some(permission.clone()));
+            m.handle_outcome(Err(error), now);
+        }
+        // Another controller touches a Tier every 100 ms.
+        generation += 1;
+        now += 100 * MS;
+        m.handle_observation(Observed::Absent, generation, now);
+        assert_eq!(m.poll_action(now), None, "a Tier change caused a retry");
+    }
+    assert!(calls.len() <= 4, "{calls:?}");
     match m.status().state {
-        TierState::Blocked { since, attempt, .. } => assert_eq!((since, attempt), (t0, 2)),
+        TierState::Forbidden {
+            permission: p,
+            attempt,
+            ..
+        } => {
+            assert_eq!(p.as_deref(), Some(permission.as_str()));
+            assert_eq!(attempt as usize, calls.len());
+        }
         other => panic!("{other:?}"),
     }
-    // Nothing changes: the slow retry.
-    let t1 = t0 + Duration::from_secs(16);
-    assert_eq!(m.poll_action(t1 - MS), None);
-    assert_eq!(m.poll_action(t1), Some(Action::Create(spec())));
+    assert!(
+        m.status()
+            .to_string()
+            .contains("tierd may not create resource")
+    );
+    let evs = events(&mut m);
+    assert_eq!(evs.len(), 1, "one event per episode: {evs:?}");
+}
+
+#[test]
+fn not_installed_retries_when_the_cache_lists_again_but_not_in_a_hot_loop() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Err(WriteError::not_installed("404")), t0);
+    assert!(matches!(m.status().state, TierState::NotInstalled { .. }));
+    assert_eq!(m.poll_timeout(), Some(t0 + 10 * S));
+    // The set changes 10 ms later: the retry waits for the first backoff step.
+    m.handle_observation(Observed::Absent, 2, t0 + 10 * MS);
+    assert_eq!(m.poll_action(t0 + 10 * MS), None);
+    assert_eq!(m.poll_timeout(), Some(t0 + 250 * MS));
+    assert_eq!(step(&mut m, t0 + 250 * MS - MS), None);
+    assert_eq!(step(&mut m, t0 + 250 * MS), Some(Action::Create(spec())));
+    // A set change after the first backoff step wakes it at once.
+    m.handle_outcome(Err(WriteError::not_installed("404")), t0 + S);
+    m.handle_observation(Observed::Absent, 3, t0 + 2 * S);
+    assert_eq!(m.poll_action(t0 + 2 * S), Some(Action::Create(spec())));
+}
+
+#[test]
+fn timers_fire_only_in_handle_timeout() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Err(WriteError::transient("503")), t0);
+    let due = m.poll_timeout().unwrap();
+    assert_eq!(
+        m.poll_action(due + S),
+        None,
+        "poll_action does not fire timers"
+    );
+    m.handle_timeout(due);
+    assert_eq!(m.poll_action(due), Some(Action::Create(spec())));
+}
+
+/// Converges `m` at `rv`, then shows it deleted at `now`.
+fn delete_after_sync(m: &mut TierMachine, rv: u64, now: Instant) {
+    m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
+    assert!(m.is_converged());
+    m.handle_observation(Observed::Absent, rv + 1, now);
+}
+
+#[test]
+fn a_delete_fight_is_counted_contested_and_rate_limited() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut now = t0;
+    let mut rv = 1;
+    let mut creates = Vec::new();
+    m.handle_observation(Observed::Absent, rv, now);
+    // Someone deletes the Tier 100 ms after every re-create, for 4 s.
+    while now < t0 + 4 * S {
+        if let Some(action) = step(&mut m, now) {
+            assert_eq!(action, Action::Create(spec()));
+            creates.push(now);
+            m.handle_outcome(Ok(()), now);
+            rv += 2;
+            delete_after_sync(&mut m, rv, now + 100 * MS);
+        }
+        now += 10 * MS;
+    }
+    assert!(m.status().contested, "{:?}", m.status());
+    // The first create and three immediate corrections; then hold-offs of 1 s and 2 s.
+    assert!(creates.len() <= 6, "{} creates in 4 s", creates.len());
+    assert!(m.status().corrections >= 4, "deletions are corrections");
+    let contested: Vec<_> = events(&mut m)
+        .into_iter()
+        .filter(|e| matches!(e, TierEvent::Contested { .. }))
+        .collect();
+    assert_eq!(
+        contested,
+        [TierEvent::Contested {
+            tier: "baseline".into(),
+            streak: 3
+        }]
+    );
+}
+
+#[test]
+fn a_slow_editor_is_corrected_at_once_every_time_and_never_contested() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, t0);
+    for round in 1..=20u32 {
+        // A GitOps re-sync every 200 s sets the priority back.
+        let edit = t0 + round * 200 * S;
+        rv += 1;
+        m.handle_timeout(edit);
+        m.handle_observation(present(1, "desc", &rv.to_string()), rv, edit);
+        let action = step(&mut m, edit);
+        assert!(
+            matches!(action, Some(Action::Update { .. })),
+            "round {round}: {:?}",
+            m.status()
+        );
+        m.handle_outcome(Ok(()), edit);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, edit + 50 * MS);
+        assert!(!m.status().contested, "round {round}");
+    }
+    assert_eq!(m.status().corrections, 20);
+}
+
+#[test]
+fn contested_clears_on_a_timer_after_the_quiet_period() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    let quiet = MachineConfig::default().contest.quiet;
+    let mut now = t0;
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    let mut fight = |m: &mut TierMachine, now: &mut Instant, rounds: usize| {
+        let mut done = 0;
+        while done < rounds {
+            rv += 1;
+            m.handle_observation(present(1, "", &rv.to_string()), rv, *now);
+            loop {
+                if let Some(action) = step(m, *now) {
+                    assert!(matches!(action, Action::Update { .. }));
+                    m.handle_outcome(Ok(()), *now);
+                    rv += 1;
+                    m.handle_observation(present(253, "desc", &rv.to_string()), rv, *now);
+                    break;
+                }
+                *now = m.poll_timeout().unwrap();
+            }
+            done += 1;
+            *now += 10 * MS;
+        }
+    };
+    fight(&mut m, &mut now, 5);
+    assert!(m.status().contested);
+    let last = now;
+    // The fight stops. The machine asks to be woken at the end of the quiet period...
+    let wake = m.poll_timeout().expect("a timer ends the contest");
+    assert!(wake <= last + quiet, "{:?}", wake - last);
+    m.handle_timeout(wake - MS);
+    assert!(m.status().contested);
+    m.handle_timeout(wake);
+    assert!(
+        !m.status().contested,
+        "cleared without a further correction"
+    );
+    let evs = events(&mut m);
+    assert_eq!(
+        evs.last(),
+        Some(&TierEvent::ContestEnded {
+            tier: "baseline".into()
+        })
+    );
+    assert!(!evs.last().unwrap().is_warning());
+    // A second fight reports its own streak, not the lifetime total.
+    now = wake + S;
+    fight(&mut m, &mut now, 5);
+    let evs = events(&mut m);
+    assert!(
+        evs.contains(&TierEvent::Contested {
+            tier: "baseline".into(),
+            streak: 3
+        }),
+        "{evs:?}"
+    );
+    assert_eq!(m.status().corrections, 10);
+}
+
+#[test]
+fn a_hot_fight_gets_growing_hold_offs_up_to_the_cap() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut now = t0;
+    let mut rv = 0;
+    let mut holds = Vec::new();
+    m.handle_observation(present(253, "desc", "0"), 0, now);
+    for _ in 0..15 {
+        rv += 1;
+        m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+        let action = match step(&mut m, now) {
+            Some(action) => action,
+            None => {
+                let until = m.poll_timeout().unwrap();
+                assert!(matches!(m.status().state, TierState::Contested { .. }));
+                assert!(m.status().to_string().contains("contested"));
+                holds.push(until - now);
+                now = until;
+                step(&mut m, now).unwrap()
+            }
+        };
+        assert!(matches!(action, Action::Update { .. }));
+        m.handle_outcome(Ok(()), now);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
+        now += 10 * MS;
+    }
+    assert_eq!(m.status().corrections, 15);
+    assert!(holds.windows(2).all(|w| w[0] <= w[1]), "{holds:?}");
+    assert_eq!(holds.first(), Some(&S));
+    assert_eq!(holds.last(), Some(&Duration::from_secs(60)));
+    // Three free corrections, then one per hold-off.
+    assert_eq!(holds.len(), 12, "{holds:?}");
 }
 
 #[test]
@@ -226,10 +591,10 @@ fn drift_after_convergence_is_corrected_and_counted() {
     let mut m = machine();
     m.handle_observation(present(253, "desc", "1"), 1, t0);
     assert!(m.is_converged());
-    assert_eq!(m.poll_action(t0), None);
+    assert_eq!(step(&mut m, t0), None);
     m.handle_observation(present(253, "edited", "2"), 2, t0 + MS);
     assert_eq!(
-        m.poll_action(t0 + MS),
+        step(&mut m, t0 + MS),
         Some(Action::Update {
             tier: spec(),
             resource_version: "2".into()
@@ -237,58 +602,21 @@ fn drift_after_convergence_is_corrected_and_counted() {
     );
     assert_eq!(
         m.status().corrections,
-        0,
-        "we had not written it: not a correction"
+        1,
+        "it had been in sync: a correction"
     );
     m.handle_outcome(Ok(()), t0 + MS);
-    m.handle_observation(present(253, "desc", "3"), 3, t0 + 2 * MS);
-    m.handle_observation(present(253, "edited", "4"), 4, t0 + 3 * MS);
-    assert!(m.poll_action(t0 + 3 * MS).is_some());
-    assert_eq!(m.status().corrections, 1);
-}
-
-#[test]
-fn a_contested_tier_holds_off_corrections_longer_and_longer() {
-    let t0 = Instant::now();
-    let mut m = machine();
-    let mut now = t0;
-    let mut rv = 0;
-    let mut holds = Vec::new();
-    m.handle_observation(present(1, "", "0"), 0, now);
-    for _ in 0..12 {
-        // Decide (maybe after a hold), write, see our write, then see it reverted.
-        let action = match m.poll_action(now) {
-            Some(action) => action,
-            None => {
-                let until = m.poll_timeout().unwrap();
-                assert!(matches!(m.status().state, TierState::Contested { .. }));
-                holds.push(until - now);
-                now = until;
-                m.poll_action(now).unwrap()
-            }
-        };
-        assert!(matches!(action, Action::Update { .. }));
-        m.handle_outcome(Ok(()), now);
-        rv += 1;
-        m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
-        rv += 1;
-        now += 10 * MS;
-        m.handle_observation(present(1, "", &rv.to_string()), rv, now);
-    }
-    let secs: Vec<u64> = holds.iter().map(Duration::as_secs).collect();
-    assert_eq!(secs, [1, 2, 4, 8, 16, 32, 60, 60]);
-    assert!(m.status().contested);
-    assert_eq!(m.status().corrections, 11);
-    // After a quiet spell longer than the policy's, a correction is immediate again.
-    assert_eq!(m.poll_action(now), None, "held off");
-    now = m.poll_timeout().unwrap();
-    assert!(m.poll_action(now).is_some());
-    m.handle_outcome(Ok(()), now);
-    m.handle_observation(present(253, "desc", "100"), 100, now);
-    now += Duration::from_secs(301);
-    m.handle_observation(present(1, "", "101"), 101, now);
-    assert!(m.poll_action(now).is_some(), "no hold after a quiet spell");
-    assert!(!m.status().contested);
+    assert_eq!(
+        events(&mut m),
+        [TierEvent::Corrected {
+            tier: "baseline".into()
+        }]
+    );
+    // A first write of a Tier never in sync is not a correction.
+    let mut fresh = machine();
+    fresh.handle_observation(present(1, "", "1"), 1, t0);
+    assert!(step(&mut fresh, t0).is_some());
+    assert_eq!(fresh.status().corrections, 0);
 }
 
 #[test]
@@ -296,9 +624,9 @@ fn an_outcome_without_a_call_is_ignored() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(Observed::Absent, 1, t0);
-    m.handle_outcome(Err(WriteError::blocked("x")), t0);
+    m.handle_outcome(Err(WriteError::denied("x")), t0);
     assert_eq!(m.status().state, TierState::Pending);
-    assert_eq!(m.poll_action(t0), Some(Action::Create(spec())));
+    assert_eq!(step(&mut m, t0), Some(Action::Create(spec())));
 }
 
 #[test]
@@ -309,24 +637,15 @@ fn unknown_after_known_is_ignored() {
     m.handle_observation(Observed::Unknown, 2, t0);
     assert!(m.is_converged());
     assert_eq!(m.observed(), &present(253, "desc", "1"));
+    // And an unknown first observation keeps the machine waiting for sync.
+    let mut fresh = machine();
+    fresh.handle_observation(Observed::Unknown, 1, t0);
+    assert_eq!(step(&mut fresh, t0), None);
+    assert_eq!(fresh.status().state, TierState::Pending);
 }
 
 #[test]
-fn a_busy_tier_set_cannot_make_a_blocked_tier_spin() {
-    let t0 = Instant::now();
-    let mut m = machine();
-    m.handle_observation(Observed::Absent, 1, t0);
-    let _ = m.poll_action(t0);
-    m.handle_outcome(Err(WriteError::blocked("denied")), t0);
-    // Other Tiers change 10 ms later: the retry waits for the first backoff step.
-    m.handle_observation(Observed::Absent, 2, t0 + 10 * MS);
-    assert_eq!(m.poll_action(t0 + 10 * MS), None);
-    assert_eq!(m.poll_timeout(), Some(t0 + 250 * MS));
-    assert_eq!(m.poll_action(t0 + 250 * MS), Some(Action::Create(spec())));
-}
-
-#[test]
-fn state_labels_are_listed() {
+fn state_labels_are_listed_and_rendered() {
     let t0 = Instant::now();
     let states = [
         TierState::Pending,
@@ -334,20 +653,52 @@ fn state_labels_are_listed() {
         TierState::Retrying {
             attempt: 1,
             class: ErrorClass::Stale,
-            error: String::new(),
+            error: "e".into(),
         },
         TierState::Blocked {
             since: t0,
+            blockers: vec!["a".into()],
+            reason: "priority 1 is held by Tier a".into(),
+        },
+        TierState::Denied {
+            since: t0,
+            attempt: 2,
+            message: "m".into(),
+        },
+        TierState::Forbidden {
+            since: t0,
             attempt: 1,
-            message: String::new(),
+            permission: None,
+            message: "m".into(),
+        },
+        TierState::NotInstalled {
+            since: t0,
+            attempt: 1,
+            message: "m".into(),
         },
         TierState::Contested {
-            corrections: 1,
+            streak: 4,
             until: t0,
         },
     ];
     let labels: Vec<&str> = states.iter().map(TierState::as_str).collect();
     assert_eq!(labels, TierState::LABELS);
+    let rendered: Vec<String> = states.iter().map(ToString::to_string).collect();
+    assert_eq!(rendered[0], "pending");
+    assert_eq!(rendered[2], "retrying after 1 failed attempt (stale): e");
+    assert_eq!(rendered[3], "blocked: priority 1 is held by Tier a");
+    assert!(
+        rendered[4].starts_with("denied after 2 failed attempts"),
+        "{}",
+        rendered[4]
+    );
+    assert_eq!(rendered[5], "forbidden after 1 failed attempt: m");
+    assert_eq!(rendered[6], "not-installed after 1 failed attempt: m");
+    assert!(
+        rendered[7].contains("4 corrections in a row"),
+        "{}",
+        rendered[7]
+    );
 }
 
 #[test]
@@ -357,11 +708,11 @@ fn retrying_a_write_the_cache_never_showed_is_not_a_correction() {
     let t0 = Instant::now();
     let mut m = machine();
     m.handle_observation(present(1, "", "5"), 1, t0);
-    assert!(m.poll_action(t0).is_some());
+    assert!(step(&mut m, t0).is_some());
     m.handle_outcome(Ok(()), t0);
     let deadline = m.poll_timeout().unwrap();
     assert!(
-        m.poll_action(deadline).is_some(),
+        step(&mut m, deadline).is_some(),
         "retry after the echo timeout"
     );
     m.handle_outcome(Err(WriteError::stale("Conflict")), deadline);
@@ -370,6 +721,6 @@ fn retrying_a_write_the_cache_never_showed_is_not_a_correction() {
     m.handle_observation(present(253, "desc", "6"), 2, deadline + MS);
     assert!(m.is_converged());
     m.handle_observation(present(253, "edited", "7"), 3, deadline + 2 * MS);
-    assert!(m.poll_action(deadline + 2 * MS).is_some());
+    assert!(step(&mut m, deadline + 2 * MS).is_some());
     assert_eq!(m.status().corrections, 1);
 }

@@ -84,7 +84,7 @@ proptest! {
             match f.lock().unwrap().pop()? {
                 0 => Some(WriteError::transient("503")),
                 1 => Some(WriteError::stale("conflict")),
-                2 => Some(WriteError::blocked("denied")),
+                2 => Some(WriteError::denied("denied")),
                 _ => None,
             }
         };
@@ -103,7 +103,9 @@ proptest! {
             c.apply(t);
             Ok(())
         });
-        let driver = Driver::new(cache.clone(), writer, TestClock, desired, DriverConfig::default());
+        // The fake cache applies no admission rules, so the driver predicts none.
+        let config = DriverConfig { admission: None, seed: Some(7), ..DriverConfig::default() };
+        let driver = Driver::new(cache.clone(), writer, TestClock, desired, config);
         let rt = runtime();
         let stopped = rt.block_on(async {
             let run = tokio::spawn(driver.run(Mode::Once, std::future::pending()));
@@ -125,7 +127,7 @@ proptest! {
     #[test]
     fn a_machine_converges_once_faults_stop(
         initial in prop_oneof![Just(None), (0i64..5, 0u8..2).prop_map(Some)],
-        faults in proptest::collection::vec((0u8..5, any::<bool>(), 0u64..20), 0..25),
+        faults in proptest::collection::vec((0u8..7, any::<bool>(), 0u64..20), 0..25),
         seed in any::<u64>(),
     ) {
         let config = MachineConfig::default();
@@ -143,11 +145,15 @@ proptest! {
                 let next = machine.poll_timeout().expect("stuck: no action and no timeout");
                 let wait = next - now;
                 let bound = match machine.status().state {
-                    TierState::Contested { .. } => config.fight.cap,
+                    TierState::Contested { .. } => config.contest.hold_cap,
+                    TierState::Denied { .. } => config.denied_backoff.cap,
+                    TierState::Forbidden { .. } => config.forbidden_backoff.cap,
+                    TierState::NotInstalled { .. } => config.not_installed_retry,
                     _ => config.backoff.cap,
                 };
                 prop_assert!(wait <= bound, "wait {:?} over {:?}", wait, bound);
                 now = next;
+                machine.handle_timeout(now);
                 continue;
             };
             prop_assert!(machine.poll_action(now).is_none(), "two calls in flight");
@@ -157,8 +163,10 @@ proptest! {
                     match kind {
                         0 => Err(WriteError::transient("503").with_retry_after(Duration::from_secs(retry_after))),
                         1 => Err(WriteError::stale("conflict")),
-                        2 => Err(WriteError::blocked("denied")),
+                        2 => Err(WriteError::denied("denied")),
                         3 => Err(WriteError::transient("timeout")),
+                        4 => Err(WriteError::forbidden("forbidden", None)),
+                        5 => Err(WriteError::not_installed("404")),
                         _ => server.perform(&action),
                     }
                 }
@@ -173,8 +181,8 @@ proptest! {
         }
         prop_assert!(machine.is_converged(), "not converged: {:?}", machine.status());
         if let Some(over) = faults_over {
-            // Bound: one blocked retry interval (the slowest wait) plus one call.
-            prop_assert!(now - over <= config.blocked_retry + Duration::from_millis(5),
+            // Bound: the slowest wait (a forbidden backoff at its cap) plus one call.
+            prop_assert!(now - over <= config.forbidden_backoff.cap + Duration::from_millis(5),
                 "converged {:?} after the faults stopped", now - over);
         }
     }

@@ -6,16 +6,18 @@
 //! | reason | code (when the reason is empty or unknown) | class |
 //! |---|---|---|
 //! | `AlreadyExists`, `Conflict`, `NotFound`, `Gone`, `Expired` | 404, 409, 410 | [`Stale`](ErrorClass::Stale) |
-//! | `Invalid`, `Forbidden`, `Unauthorized`, `BadRequest`, `MethodNotAllowed`, `NotAcceptable`, `RequestEntityTooLarge`, `UnsupportedMediaType` | 400 (admission denial), 401, 403, 422, any other 4xx | [`Blocked`](ErrorClass::Blocked) |
+//! | `Forbidden`, `Unauthorized` | 401, 403 | [`Forbidden`](ErrorClass::Forbidden), with the permission read from the message |
+//! | `Invalid`, `BadRequest`, `MethodNotAllowed`, `NotAcceptable`, `RequestEntityTooLarge`, `UnsupportedMediaType` | 400 (admission denial), 422, any other 4xx | [`Denied`](ErrorClass::Denied) |
 //! | `TooManyRequests`, `InternalError`, `ServiceUnavailable`, `ServerTimeout`, `Timeout`, `StorageReadError` | 408, 429, 5xx | [`Transient`](ErrorClass::Transient) |
 //! | anything else | anything else (0, 1xx, 2xx, 3xx, >= 600) | [`Transient`](ErrorClass::Transient) (the default) |
 //!
 //! These functions do not know the verb; the [`KubeWriter`](crate::KubeWriter) turns a 404 on
-//! create (the CRD is missing) into [`Blocked`](ErrorClass::Blocked).
+//! create (the CRD is missing) into [`NotInstalled`](ErrorClass::NotInstalled).
 //!
 //! Errors that never reached the server are transient (connection refused or reset, TLS
 //! handshake, body read), except for local configuration problems a person must fix
-//! (credentials, TLS or proxy settings, a request that cannot be built), which are blocked.
+//! (credentials, TLS or proxy settings, a request that cannot be built), which are
+//! [`Forbidden`](ErrorClass::Forbidden): no Tier change fixes them.
 //!
 //! The default for anything unexpected is transient: retrying with backoff is always safe,
 //! because the core observes again before every retry.
@@ -40,8 +42,20 @@
 //! )
 //! .with_code(400);
 //! let error = classify::classify(&kube::Error::Api(denied.boxed()));
-//! assert_eq!(error.class, ErrorClass::Blocked);
+//! assert_eq!(error.class, ErrorClass::Denied);
 //! assert!(error.message.ends_with("overlaps with existing Tier"));
+//!
+//! let forbidden = Status::failure(
+//!     "tiers.crd.antrea.io is forbidden: User \"system:serviceaccount:kube-system:tierd\" cannot create resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope",
+//!     "Forbidden",
+//! )
+//! .with_code(403);
+//! let error = classify::classify(&kube::Error::Api(forbidden.boxed()));
+//! assert_eq!(error.class, ErrorClass::Forbidden);
+//! assert_eq!(
+//!     error.permission.as_deref(),
+//!     Some("create resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope")
+//! );
 //! ```
 
 use std::error::Error as StdError;
@@ -55,20 +69,20 @@ use tier_core::{ErrorClass, WriteError};
 pub fn class_of(reason: &str, code: u16) -> ErrorClass {
     match reason {
         "AlreadyExists" | "Conflict" | "NotFound" | "Gone" | "Expired" => ErrorClass::Stale,
+        "Forbidden" | "Unauthorized" => ErrorClass::Forbidden,
         "Invalid"
-        | "Forbidden"
-        | "Unauthorized"
         | "BadRequest"
         | "MethodNotAllowed"
         | "NotAcceptable"
         | "RequestEntityTooLarge"
-        | "UnsupportedMediaType" => ErrorClass::Blocked,
+        | "UnsupportedMediaType" => ErrorClass::Denied,
         "TooManyRequests" | "InternalError" | "ServiceUnavailable" | "ServerTimeout"
         | "Timeout" | "StorageReadError" => ErrorClass::Transient,
         _ => match code {
             404 | 409 | 410 => ErrorClass::Stale,
             408 | 429 | 500..=599 => ErrorClass::Transient,
-            400..=499 => ErrorClass::Blocked,
+            401 | 403 => ErrorClass::Forbidden,
+            400..=499 => ErrorClass::Denied,
             _ => ErrorClass::Transient,
         },
     }
@@ -92,7 +106,13 @@ pub fn classify_status(status: &Status, retry_after: Option<Duration>) -> WriteE
         .map(|d| d.retry_after_seconds)
         .filter(|s| *s > 0)
         .map(|s| Duration::from_secs(u64::from(s)));
-    let error = WriteError::new(class, message);
+    let permission = (class == ErrorClass::Forbidden)
+        .then(|| permission(&message))
+        .flatten();
+    let error = WriteError {
+        permission,
+        ..WriteError::new(class, message)
+    };
     match retry_after.or(from_details) {
         Some(delay) => error.with_retry_after(delay),
         None => error,
@@ -112,7 +132,7 @@ pub fn classify(error: &kube::Error) -> WriteError {
         | E::ProxyProtocolDisabled { .. }
         | E::ProxyProtocolUnsupported { .. }
         | E::RustlsTls(_)
-        | E::TlsRequired => WriteError::blocked(chain(error)),
+        | E::TlsRequired => WriteError::forbidden(chain(error), None),
         _ => WriteError::transient(chain(error)),
     }
 }
@@ -139,6 +159,14 @@ pub fn classify_response(code: StatusCode, headers: &HeaderMap, body: &[u8]) -> 
         }
     };
     Some(classify_status(&status, retry_after(headers)))
+}
+
+/// The permission a Forbidden message says is missing: what follows `cannot ` in
+/// kube-apiserver's RBAC message (`User "u" cannot create resource "tiers" in API group ...`).
+pub fn permission(message: &str) -> Option<String> {
+    let (_, missing) = message.split_once(" cannot ")?;
+    let missing = missing.trim().trim_end_matches('.');
+    (!missing.is_empty()).then(|| missing.to_owned())
 }
 
 /// The `Retry-After` header in its delay-seconds form, if present and valid.
@@ -186,28 +214,44 @@ mod tests {
     }
 
     #[test]
-    fn blocked_by_reason_keeps_the_message() {
+    fn forbidden_by_reason_names_the_permission() {
+        for (code, reason) in [(403, "Forbidden"), (401, "Unauthorized")] {
+            let error = classify(&api(code, reason, "the server said no"));
+            assert_eq!(error.class, ErrorClass::Forbidden, "{code} {reason}");
+            assert_eq!(error.permission, None);
+        }
+        let error = classify(&api(
+            403,
+            "Forbidden",
+            "tiers.crd.antrea.io \"x\" is forbidden: User \"bob\" cannot update resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope",
+        ));
+        assert_eq!(
+            error.permission.as_deref(),
+            Some("update resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope")
+        );
+    }
+
+    #[test]
+    fn denied_by_reason_keeps_the_message() {
         for (code, reason) in [
             (422, "Invalid"),
-            (403, "Forbidden"),
-            (401, "Unauthorized"),
             (400, "BadRequest"),
             (405, "MethodNotAllowed"),
             (413, "RequestEntityTooLarge"),
         ] {
             let error = classify(&api(code, reason, "the server said no"));
-            assert_eq!(error.class, ErrorClass::Blocked, "{code} {reason}");
+            assert_eq!(error.class, ErrorClass::Denied, "{code} {reason}");
             assert_eq!(error.message, "the server said no");
             assert_eq!(error.retry_after, None);
         }
     }
 
     #[test]
-    fn admission_denial_is_blocked() {
+    fn admission_denial_is_denied() {
         let message = "admission webhook \"tiervalidator.antrea.io\" denied the request: \
                        tier baseline priority 253 overlaps with existing Tier";
         let error = classify(&api(400, "", message));
-        assert_eq!(error.class, ErrorClass::Blocked);
+        assert_eq!(error.class, ErrorClass::Denied);
         assert_eq!(error.message, message);
     }
 
@@ -226,17 +270,17 @@ mod tests {
         // A webhook may answer with its own code and reason; the reason decides.
         assert_eq!(class(500, "Conflict"), ErrorClass::Stale);
         assert_eq!(class(409, "InternalError"), ErrorClass::Transient);
-        assert_eq!(class(503, "Forbidden"), ErrorClass::Blocked);
+        assert_eq!(class(503, "Forbidden"), ErrorClass::Forbidden);
     }
 
     #[test]
     fn code_decides_when_the_reason_is_empty_or_unknown() {
         for (code, want) in [
-            (400, ErrorClass::Blocked),
-            (401, ErrorClass::Blocked),
-            (403, ErrorClass::Blocked),
-            (422, ErrorClass::Blocked),
-            (418, ErrorClass::Blocked),
+            (400, ErrorClass::Denied),
+            (401, ErrorClass::Forbidden),
+            (403, ErrorClass::Forbidden),
+            (422, ErrorClass::Denied),
+            (418, ErrorClass::Denied),
             (404, ErrorClass::Stale),
             (409, ErrorClass::Stale),
             (410, ErrorClass::Stale),
@@ -320,17 +364,17 @@ mod tests {
     }
 
     #[test]
-    fn local_configuration_errors_are_blocked() {
+    fn local_configuration_errors_are_forbidden() {
         assert_eq!(
             classify(&kube::Error::TlsRequired).class,
-            ErrorClass::Blocked
+            ErrorClass::Forbidden
         );
         let build = kube::core::Request::new("/apis/crd.antrea.io/v1beta1/tiers")
             .replace("", &Default::default(), Vec::new())
             .unwrap_err();
         assert_eq!(
             classify(&kube::Error::BuildRequest(build)).class,
-            ErrorClass::Blocked
+            ErrorClass::Forbidden
         );
     }
 
@@ -381,7 +425,7 @@ mod tests {
         let error = classify_response(StatusCode::BAD_GATEWAY, &headers(None), b"").unwrap();
         assert_eq!(error.class, ErrorClass::Transient);
         let error = classify_response(StatusCode::FORBIDDEN, &headers(None), b"<html/>").unwrap();
-        assert_eq!(error.class, ErrorClass::Blocked);
+        assert_eq!(error.class, ErrorClass::Forbidden);
     }
 
     #[test]

@@ -1,18 +1,19 @@
 //! Kubernetes Events for what the driver does, published with kube's [`Recorder`].
 //!
-//! [`publish`] follows a driver's [`StatusHandle`] and turns every [`TierEvent`] (a successful
-//! create or correction, the start of a blocked episode, the start of a contest) into an Event
-//! about the Tier (`crd.antrea.io/v1beta1` `Tier`; cluster-scoped, so the Events land in the
-//! `default` namespace). Events come from status *transitions*, so a Tier retried a thousand
-//! times while blocked yields one `Blocked` Event, not a thousand; kube's recorder further
-//! folds repeats into a series.
+//! [`publish`] reads a driver's event stream (lossless, in order: the same stream the driver
+//! logs) and turns every [`TierEvent`] (a successful create or correction, the start of a
+//! blocked, denied, forbidden or not-installed episode, the start and end of a contest) into an
+//! Event about the Tier (`crd.antrea.io/v1beta1` `Tier`; cluster-scoped, so the Events land in
+//! the `default` namespace). The machine emits one event per episode, so a Tier retried a
+//! thousand times yields one Event, not a thousand; kube's recorder further folds repeats into
+//! a series.
 //!
 //! Publishing never stops the daemon: a failed publish is logged and dropped.
 //!
 //! ```no_run
-//! # async fn example(client: kube::Client, status: tier_core::StatusHandle) {
+//! # async fn example(client: kube::Client, events: tier_core::EventReceiver) {
 //! let reporter = tier_kube::events::reporter(std::env::var("POD_NAME").ok());
-//! tokio::spawn(tier_kube::events::publish(client, reporter, status));
+//! tokio::spawn(tier_kube::events::publish(client, reporter, events));
 //! # }
 //! ```
 
@@ -20,7 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use tier_core::{StatusHandle, TierEvent, events};
+use tier_core::{EventReceiver, TierEvent};
 
 use crate::crd::Tier;
 
@@ -49,74 +50,53 @@ pub fn reference(name: &str) -> ObjectReference {
     }
 }
 
-/// The Kubernetes Event for a [`TierEvent`].
+/// The Kubernetes Event for a [`TierEvent`]: the reason is the event's kind, the note its one
+/// rendering ([`TierEvent`]'s `Display`), the type `Warning` when people should look.
 pub fn to_event(event: &TierEvent) -> Event {
-    let (type_, reason, action, note) = match event {
-        TierEvent::Created { tier } => (
-            EventType::Normal,
-            "Created",
-            "Create",
-            format!("created system Tier {tier}"),
-        ),
-        TierEvent::Corrected { tier } => (
-            EventType::Normal,
-            "Corrected",
-            "Update",
-            format!("corrected the priority and description of system Tier {tier}"),
-        ),
-        TierEvent::Blocked { tier, message } => (
-            EventType::Warning,
-            "Blocked",
-            "Create",
-            format!("the API server refuses to write system Tier {tier}: {message}"),
-        ),
-        TierEvent::Contested { tier, corrections } => (
-            EventType::Warning,
-            "Contested",
-            "Update",
-            format!(
-                "another writer keeps changing system Tier {tier} back ({corrections} corrections \
-                 in a row); tierd now holds off its corrections"
-            ),
-        ),
+    let (reason, action) = match event {
+        TierEvent::Created { .. } => ("Created", "Create"),
+        TierEvent::Corrected { .. } => ("Corrected", "Update"),
+        TierEvent::Blocked { .. } => ("Blocked", "Create"),
+        TierEvent::Denied { .. } => ("Denied", "Write"),
+        TierEvent::Forbidden { .. } => ("Forbidden", "Write"),
+        TierEvent::NotInstalled { .. } => ("NotInstalled", "Create"),
+        TierEvent::Contested { .. } => ("Contested", "Update"),
+        TierEvent::ContestEnded { .. } => ("ContestEnded", "Update"),
     };
     Event {
-        type_,
+        type_: if event.is_warning() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
         reason: reason.to_owned(),
-        note: Some(note),
+        note: Some(event.to_string()),
         action: action.to_owned(),
         secondary: None,
     }
 }
 
-/// Publishes an Event for every [`TierEvent`] of the driver behind `status`, until the driver
-/// stops. Returns the number of Events published.
-pub async fn publish(client: kube::Client, reporter: Reporter, mut status: StatusHandle) -> u64 {
+/// Publishes a Kubernetes Event for every [`TierEvent`] of `events` (a driver's lossless event
+/// stream, see `tier_runtime::spawn_with_events`) until the driver drops its end. Returns the
+/// number of Events published.
+pub async fn publish(client: kube::Client, reporter: Reporter, mut events: EventReceiver) -> u64 {
     let recorder = Recorder::new(client, reporter);
-    let mut before = status.current();
     let mut published = 0;
-    loop {
-        let stopped = status.changed().await.is_err();
-        let after = status.current();
-        for event in events(&before, &after) {
-            let (reference, kube_event) = (reference(event.tier()), to_event(&event));
-            let send = recorder.publish(&kube_event, &reference);
-            match tokio::time::timeout(PUBLISH_TIMEOUT, send).await {
-                Ok(Ok(())) => published += 1,
-                Ok(Err(error)) => {
-                    tracing::warn!(tier = event.tier(), %error, "cannot publish an Event")
-                }
-                Err(_) => tracing::warn!(
-                    tier = event.tier(),
-                    "publishing an Event took over {PUBLISH_TIMEOUT:?}; dropped"
-                ),
+    while let Some(event) = events.recv().await {
+        let (reference, kube_event) = (reference(event.tier()), to_event(&event));
+        let send = recorder.publish(&kube_event, &reference);
+        match tokio::time::timeout(PUBLISH_TIMEOUT, send).await {
+            Ok(Ok(())) => published += 1,
+            Ok(Err(error)) => {
+                tracing::warn!(tier = event.tier(), %error, "cannot publish an Event")
             }
-        }
-        before = after;
-        if stopped || before.stopped {
-            return published;
+            Err(_) => tracing::warn!(
+                tier = event.tier(),
+                "publishing an Event took over {PUBLISH_TIMEOUT:?}; dropped"
+            ),
         }
     }
+    published
 }
 
 #[cfg(test)]
@@ -135,13 +115,30 @@ mod tests {
         assert_eq!(reference.namespace, None);
         let blocked = to_event(&TierEvent::Blocked {
             tier: "networkops".into(),
-            message: "overlaps".into(),
+            blockers: vec!["team-a".into()],
+            reason: "priority 150 is held by Tier team-a".into(),
         });
         assert_eq!(blocked.reason, "Blocked");
         assert!(matches!(blocked.type_, EventType::Warning));
         assert_eq!(
             blocked.note.as_deref(),
-            Some("the API server refuses to write system Tier networkops: overlaps")
+            Some("Tier networkops cannot be created: priority 150 is held by Tier team-a")
+        );
+        let ended = to_event(&TierEvent::ContestEnded {
+            tier: "platform".into(),
+        });
+        assert!(matches!(ended.type_, EventType::Normal));
+        let contested = to_event(&TierEvent::Contested {
+            tier: "platform".into(),
+            streak: 4,
+        });
+        assert!(
+            contested
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains("4 corrections in a row")),
+            "{:?}",
+            contested.note
         );
     }
 }

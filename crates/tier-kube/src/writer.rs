@@ -10,7 +10,7 @@
 //!   A JSON merge patch was not chosen: it would work too, but the PUT is what Antrea itself
 //!   does and what the issue asks for.
 //!
-//! A create answered 404 is [`Blocked`](tier_core::ErrorClass::Blocked), not stale: Tiers are
+//! A create answered 404 is [`NotInstalled`](tier_core::ErrorClass::NotInstalled), not stale: Tiers are
 //! cluster-scoped, so the only thing that can be missing is the resource itself (the CRD is not
 //! installed). A 404 on update stays stale (the Tier was deleted).
 //!
@@ -196,22 +196,24 @@ impl TierWriter for KubeWriter {
 }
 
 /// A create answered 404: no object is involved (Tiers are cluster-scoped), so the resource
-/// itself is missing. That is not stale but blocked, until someone installs the CRD.
+/// itself is missing. That is not stale: the Tier type is not installed until someone installs
+/// the CRD.
 fn missing_resource(error: WriteError) -> WriteError {
     WriteError {
-        class: ErrorClass::Blocked,
+        class: ErrorClass::NotInstalled,
         message: format!(
             "{}; is the Tier CRD ({}) installed?",
             error.message,
             crate::crd::CRD_NAME
         ),
         retry_after: error.retry_after,
+        permission: None,
     }
 }
 
 fn to_json(tier: &Tier) -> Result<Vec<u8>, WriteError> {
     serde_json::to_vec(tier).map_err(|error| {
-        WriteError::blocked(format!(
+        WriteError::denied(format!(
             "cannot serialize Tier (a bug, please report it): {error}"
         ))
     })

@@ -20,7 +20,6 @@ fn fast() -> DriverConfig {
                 initial: Duration::from_millis(20),
                 cap: Duration::from_millis(200),
             },
-            blocked_retry: Duration::from_millis(300),
             echo_timeout: Duration::from_millis(500),
             ..MachineConfig::default()
         },
@@ -30,13 +29,17 @@ fn fast() -> DriverConfig {
 }
 
 fn ensure(h: &Harness, mode: Mode) -> Ensurer {
+    ensure_with_events(h, mode).0
+}
+
+fn ensure_with_events(h: &Harness, mode: Mode) -> (Ensurer, tier_core::EventReceiver) {
     let lister = KubeLister::start(h.client.clone()).unwrap();
     let config = WriterConfig {
         call_timeout: Duration::from_secs(1),
         ..WriterConfig::default()
     };
     let writer = KubeWriter::new(h.client.clone(), config).with_store(lister.store());
-    tier_runtime::spawn(lister, writer, DesiredSet::antrea(), fast(), mode)
+    tier_runtime::spawn_with_events(lister, writer, DesiredSet::antrea(), fast(), mode)
 }
 
 async fn converge_once(h: &Harness) {
@@ -124,7 +127,7 @@ async fn a_squatter_blocks_only_its_tier_until_it_goes() {
         status.wait_for(|s| {
             s.tiers.iter().all(|t| {
                 if t.name == "securityops" {
-                    matches!(&t.state, TierState::Blocked { message, .. } if message.contains("overlaps with existing Tier"))
+                    matches!(&t.state, TierState::Blocked { reason, .. } if reason == "priority 100 is held by Tier squatter")
                 } else {
                     t.state == TierState::Converged
                 }
@@ -136,6 +139,12 @@ async fn a_squatter_blocks_only_its_tier_until_it_goes() {
     .unwrap();
     assert!(!status.current().initialized);
     assert_eq!(h.stored("securityops"), None);
+    let log = h.server.requests();
+    assert_eq!(
+        log.count(Verb::Create, Some("securityops")),
+        0,
+        "no create the cache shows will be denied"
+    );
 
     h.server.store().delete("squatter").unwrap();
     tokio::time::timeout(PATIENCE, status.initialized())
@@ -198,19 +207,30 @@ async fn events_are_published_once_per_episode() {
     let h = start(antrea_admission()).await;
     h.seed("squat", 150, None);
     h.seed("application", 250, Some("an old description"));
-    let ensurer = ensure(&h, Mode::Continuous);
+    let (ensurer, stream) = ensure_with_events(&h, Mode::Continuous);
     let mut status = ensurer.status();
     let events = tokio::spawn(tier_kube::events::publish(
         h.client.clone(),
         tier_kube::events::reporter(Some("tierd-0".into())),
-        status.clone(),
+        stream,
     ));
-    // networkops is refused several times (slow retries and retries on set changes)...
-    let denied = h
-        .server
-        .wait_for_count(Verb::Create, Some("networkops"), 3, PATIENCE)
-        .await;
-    assert!(denied);
+    // networkops is blocked by the squatter, and stays so while other Tiers change...
+    tokio::time::timeout(
+        PATIENCE,
+        status.wait_for(|s| {
+            s.tiers.iter().all(|t| {
+                (t.name == "networkops") == matches!(t.state, TierState::Blocked { .. })
+                    && (t.name == "networkops" || t.state == TierState::Converged)
+            })
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        h.server.requests().count(Verb::Create, Some("networkops")),
+        0
+    );
     h.server.store().delete("squat").unwrap();
     tokio::time::timeout(PATIENCE, status.initialized())
         .await
@@ -232,7 +252,7 @@ async fn events_are_published_once_per_episode() {
             (e["reason"].as_str().unwrap_or_default().to_owned(), name)
         })
         .collect();
-    // ...but only one Blocked Event: events follow episodes, not retries.
+    // ...with one Blocked Event: events follow episodes, not observations.
     let count = |reason: &str, name: &str| {
         reasons
             .iter()

@@ -202,7 +202,7 @@ async fn create_answered_404_is_blocked_on_a_missing_crd() {
     ));
     let error = assert_class(
         h.writer().create(&spec("a", 1, "")).await,
-        ErrorClass::Blocked,
+        ErrorClass::NotInstalled,
     );
     assert!(
         error
@@ -213,12 +213,12 @@ async fn create_answered_404_is_blocked_on_a_missing_crd() {
 }
 
 #[tokio::test]
-async fn an_admission_denial_is_blocked_with_the_webhook_message() {
+async fn an_admission_denial_is_denied_with_the_webhook_message() {
     let h = start(common::antrea_admission()).await;
     h.seed("squatter", 253, None);
     let error = assert_class(
         h.writer().create(&spec("baseline", 253, "")).await,
-        ErrorClass::Blocked,
+        ErrorClass::Denied,
     );
     assert!(
         error
@@ -239,11 +239,11 @@ async fn an_admission_denial_is_blocked_with_the_webhook_message() {
 }
 
 #[tokio::test]
-async fn an_invalid_tier_is_blocked() {
+async fn an_invalid_tier_is_denied() {
     let h = plain().await;
     let error = assert_class(
         h.writer().create(&spec("toohigh", 300, "")).await,
-        ErrorClass::Blocked,
+        ErrorClass::Denied,
     );
     assert!(error.message.contains("spec.priority"), "{error:?}");
     assert_eq!(
@@ -262,7 +262,7 @@ async fn forbidden_is_blocked() {
         .inject(Fault::status(Verb::Create, 403, "Forbidden", message));
     let error = assert_class(
         h.writer().create(&spec("a", 1, "")).await,
-        ErrorClass::Blocked,
+        ErrorClass::Forbidden,
     );
     assert_eq!(error.message, message);
 }
@@ -284,8 +284,14 @@ async fn unauthorized_is_blocked() {
     .await
     .unwrap();
     let writer = KubeWriter::new(client, common::writer_config());
-    assert_class(writer.create(&spec("a", 1, "")).await, ErrorClass::Blocked);
-    let error = assert_class(writer.create(&spec("a", 1, "")).await, ErrorClass::Blocked);
+    assert_class(
+        writer.create(&spec("a", 1, "")).await,
+        ErrorClass::Forbidden,
+    );
+    let error = assert_class(
+        writer.create(&spec("a", 1, "")).await,
+        ErrorClass::Forbidden,
+    );
     assert_eq!(error.message, "Unauthorized");
     let log = h.server.requests();
     assert_eq!(
@@ -474,7 +480,7 @@ async fn a_lost_create_response_then_an_overlap_denial() {
         "the create was applied"
     );
     // Admission runs before storage: the webhook denies the retry before AlreadyExists.
-    let error = assert_class(writer.create(&desired).await, ErrorClass::Blocked);
+    let error = assert_class(writer.create(&desired).await, ErrorClass::Denied);
     assert!(
         error.message.contains("overlaps with existing Tier"),
         "{error:?}"

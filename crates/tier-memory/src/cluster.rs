@@ -25,7 +25,7 @@
 //!     .build();
 //! // Admission runs before the AlreadyExists check, as in the real server.
 //! let err = cluster.create(&TierSpec::new("baseline", 253, "")).await.unwrap_err();
-//! assert_eq!(err.class, ErrorClass::Blocked);
+//! assert_eq!(err.class, ErrorClass::Denied);
 //! assert!(err.message.ends_with("tier baseline priority 253 overlaps with existing Tier"));
 //! # }
 //! ```

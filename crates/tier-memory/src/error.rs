@@ -102,7 +102,7 @@ impl ApiError {
             ApiError::AlreadyExists { .. }
             | ApiError::Conflict { .. }
             | ApiError::NotFound { .. } => ErrorClass::Stale,
-            ApiError::Invalid { .. } | ApiError::Denied { .. } => ErrorClass::Blocked,
+            ApiError::Invalid { .. } | ApiError::Denied { .. } => ErrorClass::Denied,
             ApiError::WebhookUnreachable => ErrorClass::Transient,
         }
     }

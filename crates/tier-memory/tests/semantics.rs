@@ -20,7 +20,7 @@ const DENIED: &str = "admission webhook \"tiervalidator.antrea.io\" denied the r
 async fn create_of_an_existing_tier_is_denied_by_admission_before_already_exists() {
     let cluster = MemoryCluster::builder().with_tier(baseline()).build();
     let err = cluster.create(&baseline()).await.unwrap_err();
-    assert_eq!(err.class, ErrorClass::Blocked);
+    assert_eq!(err.class, ErrorClass::Denied);
     assert_eq!(
         err.message,
         format!("{DENIED}tier baseline priority 253 overlaps with existing Tier")
@@ -52,7 +52,7 @@ async fn admission_denies_reserved_overlapping_and_too_many() {
         .create(&TierSpec::new("x", 252, ""))
         .await
         .unwrap_err();
-    assert_eq!(err.class, ErrorClass::Blocked);
+    assert_eq!(err.class, ErrorClass::Denied);
     assert_eq!(
         err.message,
         format!("{DENIED}tier x priority 252 is reserved")
@@ -112,7 +112,7 @@ async fn updates_may_change_the_priority_and_check_the_resource_version() {
     assert_eq!(err.message, r#"tiers.crd.antrea.io "missing" not found"#);
 
     let err = cluster.update(&baseline(), "").await.unwrap_err();
-    assert_eq!(err.class, ErrorClass::Blocked);
+    assert_eq!(err.class, ErrorClass::Denied);
     assert!(
         err.message.contains("must be specified for an update"),
         "{err}"
@@ -155,7 +155,7 @@ async fn schema_violations_are_invalid_and_blocked() {
         .create(&TierSpec::new("x", 256, ""))
         .await
         .unwrap_err();
-    assert_eq!(err.class, ErrorClass::Blocked);
+    assert_eq!(err.class, ErrorClass::Denied);
     assert!(err.message.contains("spec.priority"), "{err}");
     let raw = cluster
         .create_raw(&TierSpec::new("Bad", 1, ""))
@@ -283,7 +283,7 @@ async fn a_lost_response_applies_the_write() {
     ));
     // The retry meets the webhook first, as in Antrea's bug.
     let err = cluster.create(&baseline()).await.unwrap_err();
-    assert_eq!(err.class, ErrorClass::Blocked);
+    assert_eq!(err.class, ErrorClass::Denied);
 }
 
 #[tokio::test(start_paused = true)]
@@ -297,7 +297,7 @@ async fn delays_run_on_virtual_time_and_hangs_are_cut_by_the_caller() {
         .hang()
         .fail_next(Verb::Create, 1)
         .after(Duration::from_secs(1))
-        .with(WriteError::blocked("later"));
+        .with(WriteError::denied("later"));
 
     let start = Instant::now();
     cluster.create(&TierSpec::new("a", 1, "")).await.unwrap();
@@ -342,7 +342,7 @@ async fn in_flight_calls_are_tracked_per_client_and_tier() {
         .filter_map(|r| r.as_ref().err())
         .collect::<Vec<_>>();
     assert_eq!(denied.len(), 1, "{one:?} {two:?}");
-    assert_eq!(denied[0].class, ErrorClass::Blocked);
+    assert_eq!(denied[0].class, ErrorClass::Denied);
     assert!(three.is_ok());
     let calls = cluster.calls();
     assert_eq!(calls.max_in_flight("a"), 1, "one call per client");

@@ -3,7 +3,11 @@
 //! - [`TokioClock`]: the [`Clock`] port on tokio's clock; virtual under
 //!   `#[tokio::test(start_paused = true)]`, so the same code is tested on virtual time.
 //! - [`spawn`]: starts a [`Driver`] as a task and returns an [`Ensurer`] handle with its status,
-//!   the "system Tiers initialized" signal and a prompt shutdown.
+//!   the "system Tiers initialized" signal and a prompt shutdown; [`spawn_with_events`] also
+//!   returns the driver's lossless event stream (for Kubernetes Events, or an embedder's own).
+//!
+//! The jitter seed is drawn from the operating system's entropy unless
+//! [`DriverConfig::seed`] is set, so replicas never retry in lockstep.
 //!
 //! ```no_run
 //! # async fn example(lister: impl tier_core::TierLister + 'static, writer: impl tier_core::TierWriter + 'static) {
@@ -19,7 +23,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use tier_core::{
-    Clock, DesiredSet, Driver, DriverConfig, Mode, StatusHandle, Stopped, TierLister, TierWriter,
+    Clock, DesiredSet, Driver, DriverConfig, EventReceiver, Mode, StatusHandle, Stopped,
+    TierLister, TierWriter,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -59,7 +64,36 @@ where
     L: TierLister + 'static,
     W: TierWriter + 'static,
 {
-    let driver = Driver::new(lister, writer, TokioClock, desired, config);
+    start(
+        Driver::new(lister, writer, TokioClock, desired, config),
+        mode,
+    )
+}
+
+/// Like [`spawn`], and also returns every [`TierEvent`](tier_core::TierEvent) the driver
+/// emits, in order and none lost (an unbounded channel; events come once per episode, never per
+/// retry). Read it to the end, or drop it: an unread receiver keeps its events in memory.
+pub fn spawn_with_events<L, W>(
+    lister: L,
+    writer: W,
+    desired: DesiredSet,
+    config: DriverConfig,
+    mode: Mode,
+) -> (Ensurer, EventReceiver)
+where
+    L: TierLister + 'static,
+    W: TierWriter + 'static,
+{
+    let mut driver = Driver::new(lister, writer, TokioClock, desired, config);
+    let events = driver.events();
+    (start(driver, mode), events)
+}
+
+fn start<L, W>(driver: Driver<L, W, TokioClock>, mode: Mode) -> Ensurer
+where
+    L: TierLister + 'static,
+    W: TierWriter + 'static,
+{
     let status = driver.status();
     let cancel = CancellationToken::new();
     let stop = cancel.clone();

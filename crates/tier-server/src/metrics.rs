@@ -46,7 +46,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use tier_core::TierState;
+use tier_core::{ErrorClass, TierState};
 
 use crate::readiness::StatusSource;
 
@@ -118,13 +118,8 @@ impl<S: StatusSource> Collector for TierCollector<S> {
         )?;
         for tier in &status.tiers {
             let o = tier.outcomes;
-            let by_outcome = [
-                ("ok", o.ok),
-                ("stale", o.stale),
-                ("transient", o.transient),
-                ("blocked", o.blocked),
-            ];
-            for (outcome, count) in by_outcome {
+            let failed = ErrorClass::ALL.map(|class| (class.as_str(), o.of(class)));
+            for (outcome, count) in std::iter::once(("ok", o.ok)).chain(failed) {
                 let labels = [("tier", tier.name.as_str()), ("outcome", outcome)];
                 ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
             }
@@ -132,7 +127,7 @@ impl<S: StatusSource> Collector for TierCollector<S> {
 
         let mut family = encoder.encode_descriptor(
             "tier_corrections",
-            "Writes correcting a Tier that tierd had already written successfully.",
+            "Corrections: writes restoring a Tier that had been in sync (update or re-create).",
             None,
             MetricType::Counter,
         )?;
@@ -155,12 +150,21 @@ impl<S: StatusSource> Collector for TierCollector<S> {
         let blocked = status
             .tiers
             .iter()
-            .filter(|t| matches!(t.state, TierState::Blocked { .. }))
+            .filter(|t| {
+                matches!(
+                    t.state,
+                    TierState::Blocked { .. }
+                        | TierState::Denied { .. }
+                        | TierState::Forbidden { .. }
+                        | TierState::NotInstalled { .. }
+                )
+            })
             .count();
         gauge(
             &mut encoder,
             "tiers_blocked",
-            "Desired Tiers the API server refuses to write right now.",
+            "Desired Tiers that cannot be written right now (blocked, denied, forbidden or not \
+             installed; tier_state says which).",
             i64::try_from(blocked).unwrap_or(i64::MAX),
         )?;
         gauge(

@@ -208,36 +208,7 @@ pub fn system_tiers_state(status: &Status) -> CheckState {
 }
 
 fn describe(tier: &TierStatus) -> String {
-    let name = &tier.name;
-    match &tier.state {
-        TierState::Pending => format!("{name} pending"),
-        TierState::Converged => format!("{name} converged"),
-        TierState::Retrying {
-            attempt,
-            class,
-            error,
-        } => format!(
-            "{name} retrying after {} ({class}): {error}",
-            attempts(*attempt, "failed attempt")
-        ),
-        TierState::Blocked {
-            attempt, message, ..
-        } => format!(
-            "{name} blocked after {}: {message}",
-            attempts(*attempt, "attempt")
-        ),
-        TierState::Contested { corrections, .. } => {
-            format!("{name} contested ({corrections} corrections in a row)")
-        }
-    }
-}
-
-fn attempts(n: u32, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
+    tier.to_string()
 }
 
 /// The shutdown signal: [`trigger`](Self::trigger) it first thing on SIGTERM, so that the
@@ -584,8 +555,8 @@ mod tests {
                     "baseline",
                     TierState::Blocked {
                         since: Instant::now(),
-                        attempt: 4,
-                        message: "tier baseline priority 253 overlaps with existing Tier".into(),
+                        blockers: vec!["mine".into()],
+                        reason: "priority 253 is held by Tier mine".into(),
                     },
                 ),
                 tier("application", TierState::Converged),
@@ -604,8 +575,8 @@ mod tests {
         assert_eq!(
             system_tiers_state(&status),
             CheckState::failed(
-                "system Tiers not initialized: baseline blocked after 4 attempts: tier baseline \
-                 priority 253 overlaps with existing Tier; platform pending; networkops retrying \
+                "system Tiers not initialized: baseline blocked: priority 253 is held by Tier \
+                 mine; platform pending; networkops retrying \
                  after 2 failed attempts (transient): connection refused"
             )
         );

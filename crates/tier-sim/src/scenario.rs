@@ -297,8 +297,8 @@ impl Scenario {
     ///
     /// With λ the longest a call can take (the injected latency, or the driver's call timeout
     /// when calls hang), L the longest cache lag, W the longest wait a
-    /// machine can be in (the largest of the contest hold-off cap, the blocked retry, the backoff
-    /// cap and the echo timeout) and R the blocked retry:
+    /// machine can be in (the largest of the contest hold-off cap, the denied backoff cap, the
+    /// backoff cap and the echo timeout) and R the denied backoff cap:
     ///
     /// 1. by `quiet_at + λ` every call started during the fault phase has answered or been cut
     ///    by the call timeout; new calls meet no fault;
@@ -312,9 +312,9 @@ impl Scenario {
     ///    cache yet; either way the cache shows the Tier in sync within L;
     /// 4. a create can still be denied because a *system* Tier holds its priority (drifted
     ///    there by the adversary) until that Tier's own correction, possibly held off, lands
-    ///    (step 3: by `+ λ + L + W`). The denied machine is woken when its cache shows the
+    ///    (step 3: by `+ λ + L + W`). The blocked machine sends nothing before its cache shows the
     ///    correction (`+ L`), but the webhook's cache may lag more and deny again; nothing
-    ///    wakes it then before R. Its next create succeeds, and shows within L. Corrections are
+    ///    wakes it then before R (its short denied backoff). Its next create succeeds, and shows within L. Corrections are
     ///    updates, which admission never denies, so no longer chain exists.
     ///
     /// Hence `λ + 3L + W + R`. The test `tests/bound.rs` builds that chain (a contested
@@ -324,8 +324,8 @@ impl Scenario {
     pub fn convergence_bound(&self, driver: &DriverConfig) -> Duration {
         let machine = &driver.machine;
         let longest_wait = [
-            machine.fight.cap,
-            machine.blocked_retry,
+            machine.contest.hold_cap,
+            machine.denied_backoff.cap,
             machine.backoff.cap,
             machine.echo_timeout,
         ]
@@ -336,7 +336,7 @@ impl Scenario {
         } else {
             self.faults.max_latency
         };
-        longest_call + self.max_lag() * 3 + longest_wait + machine.blocked_retry
+        longest_call + self.max_lag() * 3 + longest_wait + machine.denied_backoff.cap
     }
 
     /// Whether the seed looks like issue 6694: `baseline` exists exactly at the start (so
@@ -526,16 +526,16 @@ mod tests {
         let mut s = Scenario::issue_6694();
         s.faults.max_latency = Duration::from_secs(1);
         s.initializers[0].lag = Duration::from_secs(2);
-        // 1 + 3 * 2 + 60 (contest cap) + 10 (blocked retry)
+        // 1 + 3 * 2 + 60 (contest hold cap) + 2 (denied backoff cap)
         assert_eq!(
             s.convergence_bound(&DriverConfig::default()),
-            Duration::from_secs(77)
+            Duration::from_secs(69)
         );
         // A hanging call takes up to the call timeout (30 s) instead.
         s.faults.hangs = 1;
         assert_eq!(
             s.convergence_bound(&DriverConfig::default()),
-            Duration::from_secs(106)
+            Duration::from_secs(98)
         );
     }
 }

@@ -371,7 +371,7 @@ fn start(
     let task = match config.strategy {
         Strategy::Tierd => {
             let driver = DriverConfig {
-                seed: plan.seed,
+                seed: Some(plan.seed),
                 ..config.driver.clone()
             };
             let ensurer = tier_runtime::spawn(

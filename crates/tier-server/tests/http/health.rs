@@ -37,8 +37,8 @@ fn synced() -> Status {
                 "baseline",
                 TierState::Blocked {
                     since: Instant::now(),
-                    attempt: 3,
-                    message: "tier baseline priority 253 overlaps with existing Tier".into(),
+                    blockers: vec!["mine".into()],
+                    reason: "priority 253 is held by Tier mine".into(),
                 },
             ),
             tier_status("application", TierState::Pending),
@@ -120,8 +120,8 @@ async fn readyz_single_check_includes_checks_outside_the_set() {
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         reply.body,
-        "[-]system-tiers failed: system Tiers not initialized: baseline blocked after 3 \
-         attempts: tier baseline priority 253 overlaps with existing Tier; application pending\n\
+        "[-]system-tiers failed: system Tiers not initialized: baseline blocked: priority 253 \
+         is held by Tier mine; application pending\n\
          readyz check failed\n"
     );
 

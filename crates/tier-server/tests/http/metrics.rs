@@ -16,15 +16,16 @@ fn status(start: Instant) -> Status {
         "baseline",
         TierState::Blocked {
             since: start,
-            attempt: 2,
-            message: "tier baseline priority 253 overlaps with existing Tier".into(),
+            blockers: vec!["mine".into()],
+            reason: "priority 253 is held by Tier mine".into(),
         },
     );
     baseline.outcomes = OutcomeCounts {
         ok: 0,
         stale: 1,
         transient: 3,
-        blocked: 2,
+        denied: 2,
+        ..OutcomeCounts::default()
     };
     let mut application = tier_status("application", TierState::Converged);
     application.outcomes.ok = 1;
@@ -103,7 +104,7 @@ async fn scrape_reads_the_latest_status() {
     assert_eq!(writes("baseline", "ok"), "0");
     assert_eq!(writes("baseline", "stale"), "1");
     assert_eq!(writes("baseline", "transient"), "3");
-    assert_eq!(writes("baseline", "blocked"), "2");
+    assert_eq!(writes("baseline", "denied"), "2");
     assert_eq!(writes("application", "ok"), "1");
     assert_eq!(s["tierd_tier_corrections_total{tier=\"application\"}"], "4");
     assert_eq!(s["tierd_tier_corrections_total{tier=\"baseline\"}"], "0");
