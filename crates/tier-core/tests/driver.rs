@@ -486,3 +486,67 @@ async fn a_contest_backs_off_and_is_reported() {
     );
     task.abort();
 }
+
+/// The instants at which a driver with the default configuration retries a create answered
+/// 503 (no Retry-After), for 30 s of virtual time.
+async fn retry_offsets() -> Vec<Duration> {
+    let cache = FakeCache::synced(&[]);
+    let mut writer = MockTierWriter::new();
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let log = calls.clone();
+    writer.expect_create().returning(move |_| {
+        log.lock().unwrap().push(start.elapsed());
+        Err(unavailable())
+    });
+    let task = tokio::spawn(
+        driver(&cache, writer, antrea(&["baseline"])).run(Mode::Continuous, std::future::pending()),
+    );
+    sleep(Duration::from_secs(30)).await;
+    task.abort();
+    calls.lock().unwrap().clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn replicas_with_the_default_config_do_not_retry_in_lockstep() {
+    assert_eq!(DriverConfig::default().seed, None);
+    let one = retry_offsets().await;
+    let two = retry_offsets().await;
+    assert!(one.len() > 3, "{one:?}");
+    assert_ne!(one, two, "two replicas retried at identical offsets");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_event_is_lost_between_two_status_reads() {
+    // networkops is blocked, then unblocked and created, between two reads of the status.
+    let (cache, writer, _) = squatted();
+    let mut driver = driver(&cache, writer, DesiredSet::antrea());
+    let mut events = driver.events();
+    let status = driver.status();
+    let before = status.current();
+    let task = tokio::spawn(driver.run(Mode::Continuous, std::future::pending()));
+    sleep(Duration::from_millis(10)).await;
+    cache.delete("squat");
+    sleep(Duration::from_millis(10)).await;
+    let after = status.current();
+    assert!(!before.tiers.iter().any(|t| matches!(t.state, TierState::Blocked { .. })));
+    assert!(after.all_converged());
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    let networkops: Vec<&tier_core::TierEvent> =
+        seen.iter().filter(|e| e.tier() == "networkops").collect();
+    assert!(
+        matches!(
+            networkops.as_slice(),
+            [
+                tier_core::TierEvent::Blocked { .. },
+                tier_core::TierEvent::Created { .. }
+            ]
+        ),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 7, "six creates and one block: {seen:?}");
+    task.abort();
+}

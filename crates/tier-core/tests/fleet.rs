@@ -1,0 +1,270 @@
+//! The fleet stepped by hand: no runtime, no clock, time passed in (quinn-proto's `Pair` style).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use tier_core::{
+    Action, DesiredSet, ErrorClass, Fleet, FleetConfig, ObservedTier, Snapshot, TierEvent, TierId,
+    TierSpec, TierState, WriteError,
+};
+
+/// A one-process cluster: the store, a generation, and a view that is the store (no lag).
+#[derive(Default)]
+struct World {
+    tiers: Vec<ObservedTier>,
+    generation: u64,
+}
+
+impl World {
+    fn put(&mut self, name: &str, priority: i64, description: &str) {
+        self.generation += 1;
+        self.tiers.retain(|t| t.name != name);
+        self.tiers.push(ObservedTier {
+            name: name.into(),
+            priority,
+            description: description.into(),
+            resource_version: self.generation.to_string(),
+        });
+    }
+
+    fn delete(&mut self, name: &str) {
+        self.generation += 1;
+        self.tiers.retain(|t| t.name != name);
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot::synced(self.generation, self.tiers.clone())
+    }
+
+    /// Performs `action` as Antrea's API server would.
+    fn perform(&mut self, action: &Action) -> Result<(), WriteError> {
+        let tier = action.tier();
+        if let Action::Create(_) = action
+            && self.tiers.iter().any(|t| t.priority == tier.priority)
+        {
+            return Err(WriteError::denied("overlaps with existing Tier"));
+        }
+        self.put(&tier.name, tier.priority, &tier.description);
+        Ok(())
+    }
+}
+
+/// Drains every action of `fleet` at `now` and performs it in `world`; returns the writes.
+fn drive(fleet: &mut Fleet, world: &mut World, now: Instant) -> Vec<(TierId, Action)> {
+    let mut writes = Vec::new();
+    fleet.handle_timeout(now);
+    while let Some((id, action)) = fleet.poll_action(now) {
+        let outcome = world.perform(&action);
+        fleet.handle_outcome(id, outcome, now);
+        fleet.handle_snapshot(&world.snapshot(), now);
+        writes.push((id, action));
+    }
+    writes
+}
+
+fn events(fleet: &mut Fleet) -> Vec<TierEvent> {
+    std::iter::from_fn(|| fleet.poll_event()).collect()
+}
+
+fn state<'a>(status: &'a tier_core::Status, name: &str) -> &'a TierState {
+    &status.tiers.iter().find(|t| t.name == name).unwrap().state
+}
+
+#[test]
+fn nothing_is_decided_before_the_first_synced_snapshot() {
+    let t0 = Instant::now();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&Snapshot::default(), t0);
+    assert_eq!(fleet.poll_action(t0), None);
+    assert!(!fleet.status().synced);
+    assert!(!fleet.is_converged());
+}
+
+#[test]
+fn a_squatter_gets_no_create_and_is_named_until_it_goes() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    world.put("team-a", 150, "");
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let writes = drive(&mut fleet, &mut world, t0);
+    assert_eq!(writes.len(), 5, "the five others are created");
+    assert!(writes.iter().all(|(_, a)| a.tier().name != "networkops"));
+    let status = fleet.status();
+    assert_eq!(
+        state(&status, "networkops"),
+        &TierState::Blocked {
+            since: t0,
+            blockers: vec!["team-a".into()],
+            reason: "priority 150 is held by Tier team-a".into(),
+        }
+    );
+    assert!(!status.initialized);
+    // Unrelated churn: still nothing for networkops.
+    for i in 1..=50u32 {
+        let now = t0 + i * Duration::from_millis(100);
+        world.put("unrelated", 7, &i.to_string());
+        fleet.handle_snapshot(&world.snapshot(), now);
+        assert!(drive(&mut fleet, &mut world, now).is_empty());
+    }
+    let blocked = events(&mut fleet)
+        .into_iter()
+        .filter(|e| matches!(e, TierEvent::Blocked { .. }))
+        .count();
+    assert_eq!(blocked, 1);
+    // The squatter goes: created in the same step.
+    let gone = t0 + Duration::from_secs(6);
+    world.delete("team-a");
+    fleet.handle_snapshot(&world.snapshot(), gone);
+    let writes = drive(&mut fleet, &mut world, gone);
+    assert_eq!(writes.len(), 1);
+    assert!(fleet.is_converged());
+    assert!(fleet.status().initialized);
+}
+
+#[test]
+fn a_system_tier_in_the_way_unblocks_once_it_is_corrected() {
+    // networkops sits at platform's priority and platform is missing: correct networkops
+    // first, then create platform, with no doomed create in between.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    world.put("networkops", 200, "");
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let writes = drive(&mut fleet, &mut world, t0);
+    let failed = fleet.status().tiers.iter().map(|t| t.outcomes.failed()).sum::<u64>();
+    assert_eq!(failed, 0, "{writes:?}");
+    assert!(fleet.is_converged(), "{:#?}", fleet.status());
+}
+
+#[test]
+fn initialized_latches_per_tier_not_all_at_once() {
+    // Two Tiers converge at different times, and the first drifts before the second does:
+    // never all converged at one instant, yet each converged once.
+    let t0 = Instant::now();
+    let desired = DesiredSet::new(
+        vec![TierSpec::new("a", 10, ""), TierSpec::new("b", 20, "")],
+        &Default::default(),
+    )
+    .unwrap();
+    let config = FleetConfig {
+        admission: None,
+        ..FleetConfig::default()
+    };
+    let mut fleet = Fleet::new(&desired, config, t0);
+    let mut world = World::default();
+    world.put("a", 10, "");
+    world.put("b", 99, "");
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let mut b_write = None;
+    while let Some((id, action)) = fleet.poll_action(t0) {
+        b_write = Some((id, action));
+    }
+    let (b_id, _) = b_write.expect("b is updated");
+    // a drifts while b's write is in flight...
+    world.put("a", 11, "");
+    fleet.handle_snapshot(&world.snapshot(), t0 + Duration::from_millis(1));
+    // ...and b converges.
+    fleet.handle_outcome(b_id, Ok(()), t0 + Duration::from_millis(2));
+    world.put("b", 20, "");
+    fleet.handle_snapshot(&world.snapshot(), t0 + Duration::from_millis(2));
+    let status = fleet.status();
+    assert!(!status.all_converged());
+    assert!(status.initialized, "each Tier converged once: {status:#?}");
+    assert_eq!(status.initialized_at, Some(t0 + Duration::from_millis(2)));
+}
+
+#[test]
+fn events_come_out_in_order_and_none_is_lost() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    world.put("team-a", 150, "");
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    drive(&mut fleet, &mut world, t0);
+    world.delete("team-a");
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    drive(&mut fleet, &mut world, t0);
+    // Blocked and created within one step: a status read before and after shows neither.
+    let evs = events(&mut fleet);
+    let networkops: Vec<&TierEvent> = evs.iter().filter(|e| e.tier() == "networkops").collect();
+    assert!(
+        matches!(
+            networkops.as_slice(),
+            [TierEvent::Blocked { .. }, TierEvent::Created { .. }]
+        ),
+        "{evs:?}"
+    );
+    assert_eq!(
+        evs.iter()
+            .filter(|e| matches!(e, TierEvent::Created { .. }))
+            .count(),
+        6
+    );
+    assert_eq!(fleet.poll_event(), None);
+}
+
+#[test]
+fn predictions_can_be_turned_off() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    world.put("team-a", 150, "");
+    let config = FleetConfig {
+        admission: None,
+        ..FleetConfig::default()
+    };
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), config, t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let writes = drive(&mut fleet, &mut world, t0);
+    assert_eq!(writes.len(), 6, "every create is sent");
+    let networkops = fleet
+        .status()
+        .tiers
+        .into_iter()
+        .find(|t| t.name == "networkops")
+        .unwrap();
+    assert_eq!(networkops.outcomes.of(ErrorClass::Denied), 1);
+    assert!(matches!(networkops.state, TierState::Denied { .. }));
+}
+
+#[test]
+fn the_limit_of_distinct_priorities_blocks_without_naming_one_tier() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    for p in 0..20 {
+        world.put(&format!("user-{p}"), p, "");
+    }
+    let desired =
+        DesiredSet::new(vec![TierSpec::new("mine", 100, "")], &Default::default()).unwrap();
+    let mut fleet = Fleet::new(&desired, FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    assert!(drive(&mut fleet, &mut world, t0).is_empty());
+    match state(&fleet.status(), "mine") {
+        TierState::Blocked { reason, blockers, .. } => {
+            assert_eq!(reason, "maximum number of Tiers supported: 20");
+            assert_eq!(blockers.len(), 20, "removing any one of them helps");
+        }
+        other => panic!("{other:?}"),
+    }
+    world.delete("user-3");
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    assert_eq!(drive(&mut fleet, &mut world, t0).len(), 1);
+}
+
+#[test]
+fn tiers_get_different_seeds_and_timeouts_come_from_the_machines() {
+    let t0 = Instant::now();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
+    let mut deadlines = Vec::new();
+    while let Some((id, _)) = fleet.poll_action(t0) {
+        fleet.handle_outcome(id, Err(WriteError::transient("503")), t0);
+    }
+    for machine in fleet.machines() {
+        deadlines.push(machine.poll_timeout().unwrap());
+    }
+    assert_eq!(fleet.poll_timeout(), deadlines.iter().min().copied());
+    deadlines.sort();
+    deadlines.dedup();
+    assert!(deadlines.len() > 1, "every Tier retried at one offset");
+}
