@@ -32,7 +32,7 @@
 //! |---|---|---|
 //! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before `echo_timeout` | retrying |
 //! | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap | retrying |
-//! | denied | after the short `denied_backoff` (the webhook's view lags ours); never while the cache shows a blocker | denied, or blocked once the cache shows why |
+//! | denied | after the short `denied_backoff` (the webhook's view lags ours); never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
 //! | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does | forbidden, naming the permission |
 //! | not installed | when the observed set changes (the cache listed again), not within `backoff.initial`; at the latest after `not_installed_retry` | not-installed |
 //!
@@ -614,6 +614,14 @@ pub struct TierMachine {
     error_since: Option<Instant>,
     /// Whether the Tier was observed in sync since our last write: a write now is a correction.
     was_in_sync: bool,
+    /// The fingerprint our last successful write was based on: a write decided on an
+    /// observation that differs from it corrects someone else's change even if the cache never
+    /// showed our write in between; one decided on the same observation only retries a write
+    /// the cache never showed.
+    written_basis: Option<Fingerprint>,
+    /// Whether the last failed create may have been applied (its answer was lost): a denial of
+    /// the retry then most likely concerns the Tier itself, which the cache will show.
+    maybe_created: bool,
     contest: Contest,
     corrections: u64,
     outcomes: OutcomeCounts,
@@ -638,6 +646,8 @@ impl TierMachine {
             last_error: None,
             error_since: None,
             was_in_sync: false,
+            written_basis: None,
+            maybe_created: false,
             contest: Contest {
                 tokens,
                 refill_from: None,
@@ -718,6 +728,7 @@ impl TierMachine {
             Ok(()) => {
                 self.outcomes.ok += 1;
                 self.last_write = Some(kind);
+                self.written_basis = Some(basis.clone());
                 self.attempt = 0;
                 self.last_error = None;
                 self.error_since = None;
@@ -731,7 +742,7 @@ impl TierMachine {
                     deadline: now + self.config.echo_timeout,
                 };
             }
-            Err(error) => self.failed(error, basis, generation, now),
+            Err(error) => self.failed(error, basis, generation, kind, now),
         }
         self.advance(now);
     }
@@ -741,9 +752,14 @@ impl TierMachine {
         error: WriteError,
         basis: Fingerprint,
         generation: Generation,
+        kind: WriteKind,
         now: Instant,
     ) {
         let class = error.class;
+        let maybe_created = std::mem::replace(
+            &mut self.maybe_created,
+            kind == WriteKind::Create && class == ErrorClass::Transient,
+        );
         self.outcomes.count(class);
         if self.last_error.as_ref().map(|e| e.class) != Some(class) {
             self.attempt = 0;
@@ -768,6 +784,16 @@ impl TierMachine {
                 config.backoff.delay(self.attempt, error.retry_after, unit),
                 Wake::Never,
             ),
+            ErrorClass::Denied if maybe_created && kind == WriteKind::Create => {
+                // The create before this one may have been applied: the denial most likely
+                // names the Tier itself. Wait for the cache to show it, as after a stale error.
+                let wait = config
+                    .denied_backoff
+                    .delay(self.attempt, error.retry_after, unit)
+                    .max(config.echo_timeout)
+                    .min(config.backoff.cap);
+                (wait, Wake::TierChange(basis))
+            }
             ErrorClass::Denied => {
                 if self.attempt == config.denied_warn_after {
                     self.events.push_back(TierEvent::Denied {
@@ -862,7 +888,11 @@ impl TierMachine {
                 resource_version,
             },
         };
-        if self.was_in_sync && !self.take_token(now) {
+        let overwritten = self
+            .written_basis
+            .as_ref()
+            .is_some_and(|basis| *basis != self.fingerprint());
+        if (self.was_in_sync || overwritten) && !self.take_token(now) {
             return None;
         }
         self.phase = Phase::InFlight {
@@ -996,6 +1026,7 @@ impl TierMachine {
         contest.last_correction = Some(now);
         self.corrections += 1;
         self.was_in_sync = false;
+        self.written_basis = None;
         true
     }
 

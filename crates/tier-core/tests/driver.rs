@@ -529,7 +529,12 @@ async fn no_event_is_lost_between_two_status_reads() {
     cache.delete("squat");
     sleep(Duration::from_millis(10)).await;
     let after = status.current();
-    assert!(!before.tiers.iter().any(|t| matches!(t.state, TierState::Blocked { .. })));
+    assert!(
+        !before
+            .tiers
+            .iter()
+            .any(|t| matches!(t.state, TierState::Blocked { .. }))
+    );
     assert!(after.all_converged());
     let mut seen = Vec::new();
     while let Ok(event) = events.try_recv() {

@@ -132,7 +132,12 @@ fn a_system_tier_in_the_way_unblocks_once_it_is_corrected() {
     let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
     fleet.handle_snapshot(&world.snapshot(), t0);
     let writes = drive(&mut fleet, &mut world, t0);
-    let failed = fleet.status().tiers.iter().map(|t| t.outcomes.failed()).sum::<u64>();
+    let failed = fleet
+        .status()
+        .tiers
+        .iter()
+        .map(|t| t.outcomes.failed())
+        .sum::<u64>();
     assert_eq!(failed, 0, "{writes:?}");
     assert!(fleet.is_converged(), "{:#?}", fleet.status());
 }
@@ -240,7 +245,9 @@ fn the_limit_of_distinct_priorities_blocks_without_naming_one_tier() {
     fleet.handle_snapshot(&world.snapshot(), t0);
     assert!(drive(&mut fleet, &mut world, t0).is_empty());
     match state(&fleet.status(), "mine") {
-        TierState::Blocked { reason, blockers, .. } => {
+        TierState::Blocked {
+            reason, blockers, ..
+        } => {
             assert_eq!(reason, "maximum number of Tiers supported: 20");
             assert_eq!(blockers.len(), 20, "removing any one of them helps");
         }
