@@ -32,7 +32,7 @@
 //! |---|---|---|
 //! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before `echo_timeout` | retrying |
 //! | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap | retrying |
-//! | denied | after the short `denied_backoff` (the webhook's view lags ours); never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
+//! | denied | after the short `denied_backoff` (the webhook's view lags ours), the transient backoff once that outlasts `denied_warn_after` attempts; never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
 //! | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does | forbidden, naming the permission |
 //! | not installed | when the observed set changes (the cache listed again), not within `backoff.initial`; at the latest after `not_installed_retry` | not-installed |
 //!
@@ -59,10 +59,12 @@ pub struct MachineConfig {
     /// Backoff after transient errors (250 ms doubling to 10 s); its cap also bounds the stale
     /// fallback wait.
     pub backoff: Backoff,
-    /// Backoff after a denial that the observed set does not explain (200 ms doubling to 2 s).
+    /// Backoff after a denial that the observed set does not explain (200 ms doubling to 1 s,
+    /// so a webhook whose view lags ours by L is retried by L + 1 s).
     pub denied_backoff: Backoff,
-    /// Denials in a row, unexplained by the observed set, before a [`TierEvent::Denied`] warns
-    /// (default 4, about 1.5 s of retries).
+    /// Denials in a row, unexplained by the observed set, retried on `denied_backoff`; the
+    /// last warns with a [`TierEvent::Denied`] and later ones wait on `backoff` (default 5,
+    /// about 3 s of retries).
     pub denied_warn_after: u32,
     /// Backoff after Forbidden or Unauthorized (1 s doubling to 60 s).
     pub forbidden_backoff: Backoff,
@@ -82,9 +84,9 @@ impl Default for MachineConfig {
             backoff: Backoff::default(),
             denied_backoff: Backoff {
                 initial: Duration::from_millis(200),
-                cap: Duration::from_secs(2),
+                cap: Duration::from_secs(1),
             },
-            denied_warn_after: 4,
+            denied_warn_after: 5,
             forbidden_backoff: Backoff {
                 initial: Duration::from_secs(1),
                 cap: Duration::from_secs(60),
@@ -795,6 +797,14 @@ impl TierMachine {
                 (wait, Wake::TierChange(basis))
             }
             ErrorClass::Denied => {
+                // A lagging webhook catches up within a few seconds: retry fast until then. A
+                // denial that outlasts that is not lag; it warns once and slows to the
+                // transient backoff.
+                let backoff = if self.attempt <= config.denied_warn_after {
+                    config.denied_backoff
+                } else {
+                    config.backoff
+                };
                 if self.attempt == config.denied_warn_after {
                     self.events.push_back(TierEvent::Denied {
                         tier,
@@ -802,9 +812,7 @@ impl TierMachine {
                     });
                 }
                 (
-                    config
-                        .denied_backoff
-                        .delay(self.attempt, error.retry_after, unit),
+                    backoff.delay(self.attempt, error.retry_after, unit),
                     Wake::Never,
                 )
             }

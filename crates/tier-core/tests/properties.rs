@@ -146,7 +146,7 @@ proptest! {
                 let wait = next - now;
                 let bound = match machine.status().state {
                     TierState::Contested { .. } => config.contest.hold_cap,
-                    TierState::Denied { .. } => config.denied_backoff.cap.max(config.echo_timeout),
+                    TierState::Denied { .. } => config.backoff.cap,
                     TierState::Forbidden { .. } => config.forbidden_backoff.cap,
                     TierState::NotInstalled { .. } => config.not_installed_retry,
                     _ => config.backoff.cap,
