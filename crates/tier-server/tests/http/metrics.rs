@@ -87,7 +87,7 @@ async fn scrape_reads_the_latest_status() {
         s[&format!("tierd_tier_state{{tier=\"{tier}\",state=\"{state}\"}}")].clone()
     };
     assert_eq!(state("baseline", "blocked"), "1");
-    for other in ["pending", "converged", "retrying", "contested"] {
+    for other in TierState::LABELS.iter().filter(|l| **l != "blocked") {
         assert_eq!(state("baseline", other), "0", "{other}");
     }
     assert_eq!(state("application", "converged"), "1");
@@ -96,7 +96,7 @@ async fn scrape_reads_the_latest_status() {
         s.keys()
             .filter(|k| k.starts_with("tierd_tier_state{"))
             .count(),
-        15
+        3 * TierState::LABELS.len()
     );
     let writes = |tier: &str, outcome: &str| {
         s[&format!("tierd_tier_writes_total{{tier=\"{tier}\",outcome=\"{outcome}\"}}")].clone()
