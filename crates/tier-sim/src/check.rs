@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tier_core::admission::AdmissionPolicy;
 use tier_core::{
-    DesiredSet, Generation, Observed, Snapshot, Status, StatusHandle, TierLister, TierSpec,
-    TierState, TierWriter, WriteError, in_sync,
+    DesiredSet, ErrorClass, Generation, Observed, Snapshot, Status, StatusHandle, TierLister,
+    TierSpec, TierState, TierWriter, WriteError, in_sync,
 };
 use tier_memory::{MemoryCluster, MemoryLister};
 use tokio::time::Instant;
@@ -43,6 +44,10 @@ pub enum Invariant {
     NoConvergence,
     /// After converging, an initializer wrote again or stopped reporting convergence.
     NotQuiescent,
+    /// A Tier reported blocked although its own cache showed it (a false alarm).
+    FalseBlocked,
+    /// A Tier still reported contested a quiet period after the adversary stopped.
+    ContestNotCleared,
 }
 
 impl Invariant {
@@ -56,6 +61,8 @@ impl Invariant {
             Invariant::StatusMismatch => "status-mismatch",
             Invariant::NoConvergence => "no-convergence",
             Invariant::NotQuiescent => "not-quiescent",
+            Invariant::FalseBlocked => "false-blocked",
+            Invariant::ContestNotCleared => "contest-not-cleared",
         }
     }
 }
@@ -202,6 +209,10 @@ struct CheckState {
     status: Option<StatusHandle>,
     /// The last state label and correction count of every Tier, for the timeline.
     states: Vec<(&'static str, u64)>,
+    /// Writes the server's admission denied.
+    denied: usize,
+    /// Of those, creates the initializer's own cache already showed would be denied.
+    doomed: usize,
 }
 
 impl Checks {
@@ -280,6 +291,29 @@ impl Checks {
         }
     }
 
+    /// Writes denied by admission so far, and of those the doomed ones (denied creates whose
+    /// reason the initializer's own cache showed when the call started).
+    pub fn denials(&self) -> (usize, usize) {
+        let state = lock(&self.state);
+        (state.denied, state.doomed)
+    }
+
+    /// Whether the initializer's own cache shows now that creating `tier` would be denied.
+    fn predicts_denial(&self, tier: &TierSpec) -> bool {
+        let policy = AdmissionPolicy::antrea(String::new());
+        tier_core::predict(&policy, tier, &self.cache.snapshot()).is_some()
+    }
+
+    fn count_denial(&self, result: &Result<(), WriteError>, predicted: bool) {
+        if let Err(e) = result
+            && e.class == ErrorClass::Denied
+        {
+            let mut state = lock(&self.state);
+            state.denied += 1;
+            state.doomed += usize::from(predicted);
+        }
+    }
+
     fn call_ends(&self, verb: &str, tier: &TierSpec, result: &Result<(), WriteError>) {
         self.journal.note(|| match result {
             Ok(()) => format!("{} {verb} {} ok", self.name, tier.name),
@@ -318,10 +352,45 @@ impl Checks {
         if !converged.is_empty() {
             self.check_converged(&status, &converged);
         }
+        self.check_blocked(&status);
         let mut state = lock(&self.state);
         // Statuses only move forward: older snapshots are never needed again.
         state.snapshots = state.snapshots.split_off(&status.generation);
         self.note_transitions(&mut state, &status);
+    }
+
+    /// A Tier is reported blocked only when the snapshot its status came from shows it absent
+    /// and every named blocker present.
+    fn check_blocked(&self, status: &Status) {
+        let blocked: Vec<(&str, &Vec<String>)> = status
+            .tiers
+            .iter()
+            .filter_map(|t| match &t.state {
+                TierState::Blocked { blockers, .. } => Some((t.name.as_str(), blockers)),
+                _ => None,
+            })
+            .collect();
+        if blocked.is_empty() {
+            return;
+        }
+        let snapshot = lock(&self.state).snapshots.get(&status.generation).cloned();
+        let Some(snapshot) = snapshot else {
+            return;
+        };
+        for (name, blockers) in blocked {
+            let present = |n: &str| matches!(snapshot.observe(n), Observed::Present(_));
+            if present(name) || !blockers.iter().all(|b| present(b)) {
+                self.violation(
+                    Invariant::FalseBlocked,
+                    format!(
+                        "status reports {name} blocked by {blockers:?} at generation {}, where \
+                         the cache showed {:?}",
+                        status.generation,
+                        snapshot.observe(name)
+                    ),
+                );
+            }
+        }
     }
 
     fn check_converged(&self, status: &Status, converged: &[&str]) {
@@ -432,8 +501,10 @@ impl<W> CheckingWriter<W> {
 impl<W: TierWriter> TierWriter for CheckingWriter<W> {
     async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
         let _call = self.checks.call_starts("create", tier);
+        let doomed = self.checks.predicts_denial(tier);
         let result = self.inner.create(tier).await;
         self.checks.call_ends("create", tier, &result);
+        self.checks.count_denial(&result, doomed);
         result
     }
 
@@ -441,6 +512,7 @@ impl<W: TierWriter> TierWriter for CheckingWriter<W> {
         let _call = self.checks.call_starts("update", tier);
         let result = self.inner.update(tier, resource_version).await;
         self.checks.call_ends("update", tier, &result);
+        self.checks.count_denial(&result, false);
         result
     }
 }

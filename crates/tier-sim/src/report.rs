@@ -62,6 +62,14 @@ pub struct Summary {
     pub violations: BTreeMap<Invariant, usize>,
     /// Write calls per run.
     pub writes: Stats,
+    /// Failed write calls per run.
+    pub failed: Stats,
+    /// Write calls denied by admission per run.
+    pub denied: Stats,
+    /// Denied creates the writer's own cache had predicted, per run.
+    pub doomed: Stats,
+    /// Desired Tiers not as desired at the start, per run (the least writes without drift).
+    pub start_drift: Stats,
     /// Seconds from the start until the store was exactly desired for good (converged runs).
     pub settled_at: Stats,
     /// Seconds after faults stopped until everything converged (tierd).
@@ -85,6 +93,10 @@ impl Summary {
                 *s.violations.entry(kind).or_default() += 1;
             }
             s.writes.add(r.writes as f64);
+            s.failed.add(r.failed_writes as f64);
+            s.denied.add(r.denied_writes as f64);
+            s.doomed.add(r.doomed_writes as f64);
+            s.start_drift.add(r.start_drift as f64);
             if r.converged
                 && let Some(at) = r.settled_at
             {
@@ -138,6 +150,13 @@ pub fn tierd_summary(reports: &[SeedReport]) -> String {
         s.writes.show(1),
         s.settled_at.show(1)
     );
+    let _ = writeln!(
+        out,
+        "  failed writes per seed (mean/max): {}   denied: {}   doomed: {}",
+        s.failed.show(2),
+        s.denied.show(2),
+        s.doomed.show(2)
+    );
     let tightest = mine
         .iter()
         .filter_map(|r| Some((r, r.converged_after_quiet?)))
@@ -170,6 +189,12 @@ pub fn tierd_summary(reports: &[SeedReport]) -> String {
     out
 }
 
+fn mean(stats: &Stats) -> String {
+    stats
+        .mean()
+        .map_or_else(|| "-".to_owned(), |m| format!("{m:.2}"))
+}
+
 /// The comparison table of every strategy present in `reports`, over all seeds and over the
 /// seeds resembling issue 6694, with and without an adversary.
 pub fn comparison_table(reports: &[SeedReport]) -> String {
@@ -191,16 +216,20 @@ pub fn comparison_table(reports: &[SeedReport]) -> String {
         let _ = writeln!(out, "{title}:");
         let _ = writeln!(
             out,
-            "  {:<11} {:>6} {:>10} {:>8} {:>6} {:>13} {:>13} {:>12}  safety violations (seeds)",
+            "  {:<11} {:>6} {:>10} {:>8} {:>6} {:>13} {:>8} {:>8} {:>8} {:>13} {:>12}  safety violations (seeds)",
             "strategy",
             "seeds",
             "converged",
             "prio ok",
             "stuck",
             "writes m/max",
+            "failed m",
+            "denied m",
+            "doomed m",
             "settle s m/mx",
             "vs tierd s"
         );
+        let drift = Summary::of(reports.iter().filter(|r| r.strategy == Strategy::Tierd && filter(r)));
         for &strategy in &strategies {
             let mine: Vec<&SeedReport> = reports
                 .iter()
@@ -226,23 +255,35 @@ pub fn comparison_table(reports: &[SeedReport]) -> String {
             .violations_line();
             let _ = writeln!(
                 out,
-                "  {:<11} {:>6} {:>10} {:>8} {:>6} {:>13} {:>13} {:>12}  {}",
+                "  {:<11} {:>6} {:>10} {:>8} {:>6} {:>13} {:>8} {:>8} {:>8} {:>13} {:>12}  {}",
                 strategy.as_str(),
                 s.seeds,
                 s.converged,
                 s.priorities_ok,
                 s.stuck,
                 s.writes.show(1),
+                mean(&s.failed),
+                mean(&s.denied),
+                mean(&s.doomed),
                 s.settled_at.show(1),
                 delta,
                 safety
+            );
+        }
+        if let Some(least) = drift.start_drift.mean() {
+            let _ = writeln!(
+                out,
+                "  least writes a perfect initializer needs for the starting drift: {least:.1} \
+                 per seed (more with an adversary)"
             );
         }
     }
     out.push_str(
         "converged: tierd every initializer reported convergence and the store is exactly \
          desired; baselines the store is exactly desired at the end. prio ok: every desired \
-         priority right at the end. stuck: an initializer still retrying at the end. settle: \
+         priority right at the end. stuck: an initializer still retrying at the end. failed, \
+         denied, doomed: failed writes, those denied by admission, and those denied although \
+         the writer's own cache showed why, per seed. settle: \
          seconds from the start until the store was exactly desired for good. vs tierd: mean \
          difference of settle on the seeds both converged.\n",
     );

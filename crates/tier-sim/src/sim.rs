@@ -129,6 +129,14 @@ pub struct SeedReport {
     pub writes: usize,
     /// Of those, the ones that reported an error.
     pub failed_writes: usize,
+    /// Of those, the ones the server's admission denied.
+    pub denied_writes: usize,
+    /// Of the denied ones, creates whose writer's own cache already showed the reason when the
+    /// call started ("doomed": the writer could have known).
+    pub doomed_writes: usize,
+    /// The desired Tiers not exactly as desired at the start: the least writes a perfect
+    /// initializer needs when nothing else changes them.
+    pub start_drift: usize,
     /// Baselines: initializers still retrying when the run ended (livelocked or blocked).
     pub unfinished: usize,
     /// tierd: corrections its statuses reported in all (writes of a Tier it had written
@@ -224,6 +232,7 @@ struct Running {
     cache: MemoryLister,
     name: String,
     task: Task,
+    checks: Arc<Checks>,
 }
 
 enum Task {
@@ -271,6 +280,7 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
                     converged_after_quiet = Some(at.saturating_duration_since(quiet_at));
                     journal.note(|| "converged and at rest".to_owned());
                     settle_down(&mut running, &cluster, &journal, config.settle).await;
+                    contests_clear(&running, &journal, &config.driver).await;
                 }
                 None => journal.violation(
                     "harness",
@@ -308,6 +318,10 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
         .flat_map(|status| status.tiers)
         .map(|t| t.corrections)
         .sum();
+    let (denied_writes, doomed_writes) = running
+        .iter()
+        .map(|r| r.checks.denials())
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
     for r in running {
         match r.task {
             Task::Tierd { ensurer, .. } => {
@@ -318,6 +332,11 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
     }
     observer.abort();
 
+    let start_drift = desired
+        .tiers()
+        .iter()
+        .filter(|want| !scenario.start.contains(want))
+        .count();
     let settle = *settle.lock().unwrap_or_else(PoisonError::into_inner);
     let converged = match config.strategy {
         Strategy::Tierd => converged_after_quiet.is_some(),
@@ -338,6 +357,9 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
         priorities_settled_at: settle.priorities,
         writes: calls.total(),
         failed_writes: calls.records().iter().filter(|r| r.is_failed()).count(),
+        denied_writes,
+        doomed_writes,
+        start_drift,
         unfinished,
         corrections,
         trace: journal.trace(),
@@ -366,6 +388,7 @@ fn start(
         journal.clone(),
     );
     let lister = CheckingLister::new(cache.clone(), Arc::clone(&checks));
+    let checks_kept = Arc::clone(&checks);
     let writer = CheckingWriter::new(cluster.writer(&plan.name), Arc::clone(&checks));
     journal.note(|| format!("{} starts ({})", plan.name, config.strategy.as_str()));
     let task = match config.strategy {
@@ -402,6 +425,7 @@ fn start(
         cache,
         name: plan.name.clone(),
         task,
+        checks: checks_kept,
     }
 }
 
@@ -507,6 +531,30 @@ async fn settle_down(
             Invariant::NotQuiescent,
             format!("{} write(s) after converging: {extra:?}", after - before),
         );
+    }
+}
+
+/// Waits a contest's quiet period (and a second) after the adversary stopped: no Tier may still
+/// be reported contested then, without any further write.
+async fn contests_clear(running: &[Running], journal: &Journal, driver: &DriverConfig) {
+    tokio::time::sleep(driver.machine.contest.quiet + Duration::from_secs(1)).await;
+    for r in running {
+        if let Task::Tierd { status, .. } = &r.task {
+            let still: Vec<String> = status
+                .current()
+                .tiers
+                .iter()
+                .filter(|t| t.contested)
+                .map(|t| t.name.clone())
+                .collect();
+            if !still.is_empty() {
+                journal.violation(
+                    &r.name,
+                    Invariant::ContestNotCleared,
+                    format!("still contested a quiet period after the fight: {still:?}"),
+                );
+            }
+        }
     }
 }
 
