@@ -115,13 +115,19 @@ async fn a_squatter_blocks_networkops_only_and_readiness_names_it() {
     assert!(
         verbose
             .1
-            .contains("tier networkops priority 150 overlaps with existing Tier"),
+            .contains("networkops blocked: priority 150 is held by Tier team-a"),
         "{}",
         verbose.1
     );
 
-    // Past the minimum gap between refusals (250 ms), removal is the only thing it waits for.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // No create was sent while the cache showed the squatter; its removal is all it waits for.
+    assert_eq!(
+        cluster
+            .server
+            .requests()
+            .count(Verb::Create, Some("networkops")),
+        0
+    );
     let removed = Instant::now();
     cluster.server.store().delete("team-a").unwrap();
     tierd.until_ok("/readyz").await;
@@ -336,7 +342,8 @@ async fn ensure_timeout_names_the_blocked_tier_and_why() {
         done.stderr
     );
     assert!(
-        done.stderr.contains("networkops: blocked: admission webhook \"tiervalidator.antrea.io\" denied the request: tier networkops priority 150 overlaps with existing Tier"),
+        done.stderr
+            .contains("networkops blocked: priority 150 is held by Tier team-a"),
         "{}",
         done.stderr
     );

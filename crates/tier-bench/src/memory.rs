@@ -95,8 +95,9 @@ pub fn writes_under_faults(seeds: u64) {
     println!();
 }
 
-/// Seconds from the squatter's removal to networkops converged, and to all six.
-fn unblock(strategy: &'static str, seed: u64) -> (f64, f64) {
+/// Seconds from the squatter's removal to networkops converged, and to all six; and the
+/// creates of networkops the server denied.
+fn unblock(strategy: &'static str, seed: u64) -> ((f64, f64), usize) {
     runtime().block_on(async {
         let cluster = MemoryCluster::builder()
             .with_tier(TierSpec::new("team-a", 150, ""))
@@ -119,7 +120,11 @@ fn unblock(strategy: &'static str, seed: u64) -> (f64, f64) {
         }
         let all = removed.elapsed();
         task.abort();
-        (networkops.unwrap_or(all).as_secs_f64(), all.as_secs_f64())
+        let denied = cluster.calls().failed_for(Verb::Create, "networkops");
+        (
+            (networkops.unwrap_or(all).as_secs_f64(), all.as_secs_f64()),
+            denied,
+        )
     })
 }
 
@@ -129,15 +134,17 @@ pub fn unblocking(seeds: u64) {
         "3. From a squatter's removal to convergence ({seeds} seeds; squatter at networkops' priority removed 20-40 s after start; virtual time, 1 ms resolution)\n"
     );
     println!(
-        "| strategy | networkops: median s | networkops: max s | all six: median s | all six: max s |"
+        "| strategy | networkops: median s | networkops: max s | all six: median s | all six: max s | denied creates (mean) |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for strategy in [crate::strategy::TIERD, crate::strategy::ANTREA_NEW] {
-        let (mut nets, mut alls): (Vec<f64>, Vec<f64>) =
+        let (times, denied): (Vec<(f64, f64)>, Vec<usize>) =
             (0..seeds).map(|seed| unblock(strategy, seed)).unzip();
+        let (mut nets, mut alls): (Vec<f64>, Vec<f64>) = times.into_iter().unzip();
         let (nm, am) = (median(&mut nets), median(&mut alls));
+        let denied = denied.iter().sum::<usize>() as f64 / seeds.max(1) as f64;
         println!(
-            "| {strategy} | {nm:.3} | {:.3} | {am:.3} | {:.3} |",
+            "| {strategy} | {nm:.3} | {:.3} | {am:.3} | {:.3} | {denied:.2} |",
             quantile(&nets, 1.0),
             quantile(&alls, 1.0)
         );

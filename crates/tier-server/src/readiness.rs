@@ -52,7 +52,7 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tier_core::{Status, StatusHandle, TierLister, TierState, TierStatus};
+use tier_core::{Status, StatusHandle, TierLister, TierStatus};
 use tokio::sync::watch;
 
 /// The check that passes once the Tier cache has completed its first list.
@@ -530,7 +530,7 @@ where
 mod tests {
     use std::time::Instant;
 
-    use tier_core::{ErrorClass, OutcomeCounts};
+    use tier_core::{ErrorClass, OutcomeCounts, TierState};
 
     use super::*;
 

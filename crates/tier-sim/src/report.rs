@@ -229,7 +229,11 @@ pub fn comparison_table(reports: &[SeedReport]) -> String {
             "settle s m/mx",
             "vs tierd s"
         );
-        let drift = Summary::of(reports.iter().filter(|r| r.strategy == Strategy::Tierd && filter(r)));
+        let drift = Summary::of(
+            reports
+                .iter()
+                .filter(|r| r.strategy == Strategy::Tierd && filter(r)),
+        );
         for &strategy in &strategies {
             let mine: Vec<&SeedReport> = reports
                 .iter()

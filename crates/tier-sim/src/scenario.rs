@@ -231,7 +231,7 @@ impl Scenario {
                 });
             }
             if rng.u32(0..4) == 0 {
-                adversary.extend(fight(&mut rng, &desired, quiet_at));
+                adversary.extend(contest_edits(&mut rng, &desired, quiet_at));
                 adversary.sort_by_key(|e| e.at);
             }
         }
@@ -431,7 +431,11 @@ fn squat_priority(rng: &mut fastrand::Rng) -> i64 {
 
 /// Someone who keeps changing one system Tier back, every 1 to 6 s until `quiet_at`, so that
 /// tierd sees it as contested and holds its corrections off.
-fn fight(rng: &mut fastrand::Rng, desired: &DesiredSet, quiet_at: Duration) -> Vec<AdversaryEvent> {
+fn contest_edits(
+    rng: &mut fastrand::Rng,
+    desired: &DesiredSet,
+    quiet_at: Duration,
+) -> Vec<AdversaryEvent> {
     let Some(target) = desired.tiers().get(rng.usize(0..desired.len())).cloned() else {
         return Vec::new();
     };

@@ -56,6 +56,9 @@ fn a_held_correction_delays_the_tier_it_blocks_within_the_bound() {
     let after = report.converged_after_quiet.unwrap();
     eprintln!("converged {after:?} after the adversary stopped");
     // application waited for emergency's held-off correction: well beyond the lags alone.
-    assert!(after > 3 * s.max_lag() + Duration::from_secs(5), "{after:?}");
+    assert!(
+        after > 3 * s.max_lag() + Duration::from_secs(5),
+        "{after:?}"
+    );
     assert!(after <= report.bound, "{after:?} > {:?}", report.bound);
 }
