@@ -918,10 +918,12 @@ impl TierMachine {
             Phase::Waiting { until, .. } | Phase::Hold { until } => Some(*until),
             _ => None,
         };
+        // The end of a contest is due only outside a hold or a call (which end it otherwise).
         let quiet = self
             .contest
             .last_correction
             .filter(|_| self.contest.contested)
+            .filter(|_| !matches!(self.phase, Phase::Hold { .. } | Phase::InFlight { .. }))
             .map(|at| at + self.config.contest.quiet);
         match (phase, quiet) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -725,3 +725,40 @@ fn retrying_a_write_the_cache_never_showed_is_not_a_correction() {
     assert!(step(&mut m, deadline + 2 * MS).is_some());
     assert_eq!(m.status().corrections, 1);
 }
+
+#[test]
+fn a_hold_outlasting_the_quiet_period_asks_for_no_past_timeout() {
+    // Contested, a long quiet, then one more drift: the hold ends past the quiet deadline of
+    // the last correction. The machine must not ask to be woken in the past meanwhile.
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut now = t0;
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    for _ in 0..8 {
+        rv += 1;
+        m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+        while step(&mut m, now).is_none() {
+            now = m.poll_timeout().unwrap();
+        }
+        m.handle_outcome(Ok(()), now);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
+        now += 10 * MS;
+    }
+    assert!(m.status().contested);
+    now += 100 * S;
+    rv += 1;
+    m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+    assert_eq!(step(&mut m, now), None, "held off");
+    let mut wakes = 0;
+    while let Some(next) = m.poll_timeout() {
+        assert!(next >= now, "a timeout in the past: the driver would spin");
+        now = next;
+        wakes += 1;
+        if step(&mut m, now).is_some() {
+            break;
+        }
+        assert!(wakes < 10);
+    }
+}
