@@ -7,11 +7,11 @@
 //!
 //! | metric | type | labels | value |
 //! |---|---|---|---|
-//! | `tierd_tier_state` | gauge | `tier`, `state` | 1 for the Tier's current state, 0 for the other four (`pending`, `converged`, `retrying`, `blocked`, `contested`) |
-//! | `tierd_tier_writes_total` | counter | `tier`, `outcome` | finished writes by outcome class: `ok`, `stale`, `transient`, `blocked` |
-//! | `tierd_tier_corrections_total` | counter | `tier` | writes correcting a Tier tierd had already written |
-//! | `tierd_tier_contested` | gauge | `tier` | 1 while someone keeps changing the Tier back |
-//! | `tierd_tiers_blocked` | gauge | | Tiers blocked right now |
+//! | `tierd_tier_state` | gauge | `tier`, `state` | 1 for the Tier's current state, 0 for the others ([`TierState::LABELS`]: `pending`, `converged`, `retrying`, `blocked`, `denied`, `forbidden`, `not-installed`, `contested`) |
+//! | `tierd_tier_writes_total` | counter | `tier`, `outcome` | finished writes by outcome: `ok`, or the cause of the failure (`stale`, `transient`, `denied`, `forbidden`, `not-installed`) |
+//! | `tierd_tier_corrections_total` | counter | `tier` | corrections: writes restoring a Tier that had been in sync |
+//! | `tierd_tier_contested` | gauge | `tier` | 1 while someone keeps changing the Tier back; back to 0 after a quiet period |
+//! | `tierd_tiers_blocked` | gauge | | Tiers that cannot be written right now (blocked, denied, forbidden or not installed) |
 //! | `tierd_cache_synced` | gauge | | 1 once the Tier cache has completed its first list |
 //! | `tierd_system_tiers_initialized` | gauge | | 1 once every system Tier has converged (latched) |
 //! | `tierd_converged_seconds` | gauge | | seconds from the driver's start to the first "initialized" ([`tier_core::Status::time_to_initialized`]); absent until then |
