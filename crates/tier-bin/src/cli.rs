@@ -6,18 +6,39 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Exit codes, shared by every command.
+/// Exit codes. `run`, `ensure`, `crd` and `demo` share 0/1/2; `plan` follows `kubectl diff`.
 pub mod exit {
     /// Success: converged, in sync, or printed.
     pub const OK: u8 = 0;
     /// A runtime error: the cluster could not be reached, or `ensure` timed out.
     pub const ERROR: u8 = 1;
-    /// Bad input (for example an invalid `--tiers` file), or `plan` found pending changes.
-    pub const USAGE_OR_PENDING: u8 = 2;
+    /// Bad input, for example an invalid `--tiers` file (nothing was sent to the API).
+    pub const USAGE: u8 = 2;
+    /// `plan`: changes are pending (as `kubectl diff` exits 1 when it finds differences).
+    pub const PLAN_PENDING: u8 = 1;
+    /// `plan`: any error, invalid input included (as `kubectl diff` exits above 1).
+    pub const PLAN_ERROR: u8 = 2;
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 success; 1 runtime error (API unreachable, timeout); \
-                          2 invalid input such as a bad --tiers file (plan: changes pending).";
+                          2 invalid input such as a bad --tiers file. \
+                          plan, like `kubectl diff`: 0 in sync; 1 changes pending; 2 on any error \
+                          or invalid input.";
+
+const PLAN_AFTER_HELP: &str = "\
+Exit codes (as `kubectl diff`, so a pipeline can tell drift from a broken setup):
+  0  every Tier is in sync
+  1  changes are pending (a create or update, including one that would be refused)
+  2  error or invalid input (bad --tiers file, API unreachable, Tier cache not synced)
+
+-o json and -o yaml print a list with one record per desired Tier, in the order of the
+desired set. The record is stable (fields are only added):
+  name      the Tier's name
+  desired   {priority, description}: the fields tierd ensures
+  observed  {priority, description}, or null when the Tier is absent
+  action    none | create | update: what `tierd ensure` would do
+  reason    why, in words: which fields differ, or who would refuse the write
+  blocked   {by, message} when the write would be refused (Antrea's admission rules), else null";
 
 /// tierd keeps a cluster's system Tiers (Antrea's six by default) present and correct.
 #[derive(Debug, Parser)]
@@ -58,10 +79,7 @@ pub enum Command {
     )]
     Ensure(EnsureArgs),
     /// Print what tierd would do (read-only: waits for the Tier cache, writes nothing).
-    #[command(
-        after_help = "Exit codes: 0 when every Tier is in sync; 2 when changes are pending \
-                            (or on invalid input); 1 on error."
-    )]
+    #[command(after_help = PLAN_AFTER_HELP)]
     Plan(PlanArgs),
     /// Print the Tier CustomResourceDefinition as YAML.
     #[command(after_help = "Exit codes: 0 printed; 1 on error.")]
@@ -158,9 +176,24 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
 
-    /// Give up waiting for the Tier cache after this long.
+    /// Give up waiting for the Tier cache after this long (the error says what the cache saw).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+
+    /// Output format: an aligned table, or one record per Tier as JSON or YAML.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+/// Output formats of `tierd plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// An aligned table for people.
+    Table,
+    /// A JSON list of records.
+    Json,
+    /// A YAML list of records.
+    Yaml,
 }
 
 /// Flags of `tierd demo`.

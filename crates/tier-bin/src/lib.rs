@@ -68,7 +68,12 @@ async fn run(cli: Cli) -> u8 {
         })),
         Command::Plan(args) => {
             logging::init(cli.log_format, "warn");
-            report(commands::plan(&args).await)
+            // Like `kubectl diff`: every error, invalid input included, is PLAN_ERROR, so that
+            // it never shares a code with "changes pending".
+            commands::plan(&args).await.unwrap_or_else(|error| {
+                eprintln!("tierd: {error}");
+                exit::PLAN_ERROR
+            })
         }
         Command::Ensure(args) => {
             logging::init(cli.log_format, "info");
