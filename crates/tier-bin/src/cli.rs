@@ -40,9 +40,13 @@ desired set. The record is stable (fields are only added):
   reason    why, in words: which fields differ, or who would refuse the write
   blocked   {by, message} when the write would be refused (Antrea's admission rules), else null";
 
+/// The version `--version` prints: the crate version, plus the git commit and build date when
+/// `build.rs` could know them (e.g. `0.1.0 (commit f232372c1d0e, built 2026-12-01)`).
+pub const LONG_VERSION: &str = env!("TIERD_LONG_VERSION");
+
 /// tierd keeps a cluster's system Tiers (Antrea's six by default) present and correct.
 #[derive(Debug, Parser)]
-#[command(name = "tierd", version, about, after_help = EXIT_CODES)]
+#[command(name = "tierd", version = LONG_VERSION, about, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TIERD_LOG_FORMAT")]

@@ -8,7 +8,7 @@
 //! - [`tiers_file`]: the `--tiers` YAML format and its validation.
 //! - [`plan`]: the read-only plan table.
 //! - [`demo`]: `tierd demo` on the in-memory backend.
-//! - [`logging`]: the tracing subscriber.
+//! - [`logging`]: the tracing subscriber (default filter, colour only on a terminal).
 
 pub mod cli;
 pub mod commands;
