@@ -186,6 +186,17 @@ async fn plan_exits_0_in_sync_1_pending_2_on_error_and_prints_records() {
         "{}",
         failed.stderr
     );
+    let ensure = down.tierd(&["ensure", "--timeout", "1s"]).await;
+    assert_eq!(ensure.code(), 1, "{}", ensure.stderr);
+    assert!(
+        ensure.stderr.contains(&format!(
+            "not every Tier converged within 1s:\n  - the Tier cache never synced; last error: \
+             listing Tiers failed: connection refused: is the API server running, and is the \
+             address right? (API server {url}/)"
+        )),
+        "{}",
+        ensure.stderr
+    );
 }
 
 #[tokio::test]

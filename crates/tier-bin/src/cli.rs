@@ -57,7 +57,8 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Log output formats. Filter with `RUST_LOG` (default `info`).
+/// Log output formats. Filter with `RUST_LOG` (default: the command's level, with kube's
+/// duplicate per-request lines off; see [`crate::logging`]). Colour only on a terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -229,5 +230,22 @@ mod tests {
         assert_eq!(args.cluster.call_timeout, Duration::from_secs(10));
         assert!(Cli::try_parse_from(["tierd", "run", "--in-cluster", "--context", "x"]).is_err());
         assert!(Cli::try_parse_from(["tierd", "run", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    #[test]
+    fn plan_output_formats_and_version() {
+        let cli = Cli::try_parse_from(["tierd", "plan", "-o", "json", "--timeout", "5s"]).unwrap();
+        let Command::Plan(args) = cli.command else {
+            panic!("not plan");
+        };
+        assert_eq!(args.output, Output::Json);
+        assert_eq!(args.timeout, Duration::from_secs(5));
+        assert!(Cli::try_parse_from(["tierd", "plan", "-o", "xml"]).is_err());
+        let version = Cli::command().render_version();
+        assert!(
+            version.starts_with(&format!("tierd {}", env!("CARGO_PKG_VERSION"))),
+            "{version}"
+        );
+        assert!(version.contains("built "), "{version}");
     }
 }

@@ -148,11 +148,11 @@ pub fn records(desired: &DesiredSet, snapshot: &Snapshot, policy: &AdmissionPoli
                             if !holders.is_empty() {
                                 let _ = write!(
                                     reason,
-                                    " ({} holds priority {}; give it another priority or choose \
-                                     another one for {})",
-                                    holders.join(", "),
-                                    tier.priority,
-                                    tier.name
+                                    " ({holders} holds priority {p}: move {holders} to another \
+                                     priority, or give {name} another one)",
+                                    holders = holders.join(", "),
+                                    p = tier.priority,
+                                    name = tier.name
                                 );
                             }
                             let blocked = Blocked {
@@ -323,8 +323,8 @@ mod tests {
                 "platform         200       200  update description",
                 "networkops       150         -  create would be refused by the Tier admission webhook \
                  (tiervalidator.antrea.io rules): tier networkops priority 150 overlaps with \
-                 existing Tier (team-a holds priority 150; give it another priority or choose \
-                 another one for networkops)",
+                 existing Tier (team-a holds priority 150: move team-a to another priority, or \
+                 give networkops another one)",
                 "securityops      100       100  none (in sync)",
                 "emergency         50         -  create",
             ]
