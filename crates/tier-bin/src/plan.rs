@@ -12,7 +12,7 @@
 //! | `name` | string | the Tier's name |
 //! | `desired` | `{priority, description}` | the fields tierd ensures |
 //! | `observed` | `{priority, description}` or `null` | the Tier in the cluster; `null` when absent |
-//! | `action` | `none`, `create` or `update` | what `tierd ensure` would do |
+//! | `action` | `none`, `create` or `update` | what `tierd ensure` would do (`unknown` only for a snapshot taken before the cache synced, which `tierd plan` never prints) |
 //! | `reason` | string | why, in words (which fields differ, or who would refuse the write) |
 //! | `blocked` | `{by, message}` or `null` | set when the write would be refused: by whom, with the API server's message |
 //!
@@ -58,6 +58,9 @@ pub enum Action {
     Create,
     /// Update the Tier's fields.
     Update,
+    /// Not known: the snapshot was taken before the cache synced (`tierd plan` waits for the
+    /// sync, so it never prints this).
+    Unknown,
 }
 
 impl Action {
@@ -67,6 +70,7 @@ impl Action {
             Action::None => "none",
             Action::Create => "create",
             Action::Update => "update",
+            Action::Unknown => "unknown",
         }
     }
 }
@@ -97,7 +101,8 @@ pub struct Record {
     pub blocked: Option<Blocked>,
 }
 
-/// Computes the plan of `desired` against a synced `snapshot`, predicting refusals with `policy`.
+/// Computes the plan of `desired` against `snapshot` (synced, or every action is
+/// [`Action::Unknown`]), predicting refusals of creates with `policy`.
 pub fn records(desired: &DesiredSet, snapshot: &Snapshot, policy: &AdmissionPolicy) -> Vec<Record> {
     let existing: Vec<(&str, i64)> = snapshot
         .tiers
@@ -130,8 +135,13 @@ pub fn records(desired: &DesiredSet, snapshot: &Snapshot, policy: &AdmissionPoli
                 (Decision::Update { .. }, Some(o)) => {
                     (Action::Update, differences(&desired_fields, o), None)
                 }
-                // Not synced (the caller waits for the cache first), or absent: a create.
-                _ => {
+                (Decision::WaitForSync, _) => (
+                    Action::Unknown,
+                    "the Tier cache has not synced".to_owned(),
+                    None,
+                ),
+                // Absent: a create, unless the admission rules would refuse it.
+                (Decision::Create | Decision::Update { .. }, _) => {
                     let request = Request::Create {
                         name: &tier.name,
                         priority: tier.priority,
@@ -242,6 +252,7 @@ pub fn table(records: &[Record]) -> String {
                 format!("update {}", what.join(" and "))
             }
             (Action::Update, None, None) => "update".to_owned(),
+            (Action::Unknown, _, None) => "unknown (cache not synced)".to_owned(),
         };
         let _ = writeln!(
             out,
@@ -374,6 +385,18 @@ mod tests {
         assert_eq!(yaml[3]["name"].as_str(), Some("networkops"));
         assert_eq!(yaml[3]["action"].as_str(), Some("create"));
         assert!(yaml[3]["blocked"]["message"].as_str().is_some());
+    }
+
+    #[test]
+    fn an_unsynced_snapshot_promises_nothing() {
+        let records = records(
+            &DesiredSet::antrea(),
+            &Snapshot::default(),
+            &AdmissionPolicy::antrea(USER),
+        );
+        assert!(records.iter().all(|r| r.action == Action::Unknown));
+        assert!(!in_sync(&records));
+        assert!(table(&records).contains("unknown (cache not synced)"));
     }
 
     #[test]
