@@ -247,5 +247,16 @@ mod tests {
             "{version}"
         );
         assert!(version.contains("built "), "{version}");
+        let mut command = Cli::command();
+        let plan = command.find_subcommand_mut("plan").unwrap();
+        let help = plan.render_long_help().to_string();
+        for line in [
+            "  0  every Tier is in sync",
+            "  1  changes are pending",
+            "  2  error or invalid input",
+            "  blocked   {by, message}",
+        ] {
+            assert!(help.contains(line), "{line:?} not in {help}");
+        }
     }
 }

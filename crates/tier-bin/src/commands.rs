@@ -31,7 +31,7 @@ pub enum CommandError {
     /// The CRD could not be rendered (exit 1).
     #[error(transparent)]
     Crd(#[from] tier_kube::CrdError),
-    /// The Tier cache did not sync in time (exit 1).
+    /// `plan`'s Tier cache did not sync in time (exit 2, as every `plan` error).
     #[error("the Tier cache did not sync within {after:?} from {server}: {}", cache_words(.cache))]
     SyncTimeout {
         /// The timeout.
@@ -41,7 +41,7 @@ pub enum CommandError {
         /// What the cache's watch last saw, in words.
         cache: Option<String>,
     },
-    /// The plan could not be printed as JSON or YAML (exit 1).
+    /// The plan could not be printed as JSON or YAML (exit 2, as every `plan` error).
     #[error("cannot print the plan: {0}")]
     Output(String),
     /// `ensure --timeout` passed before every Tier converged (exit 1).

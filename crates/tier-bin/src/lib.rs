@@ -6,7 +6,7 @@
 //! - [`daemon`]: the `run` command.
 //! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`tiers_file`]: the `--tiers` YAML format and its validation.
-//! - [`plan`]: the read-only plan table.
+//! - [`plan`]: the read-only plan: one record per Tier, as a table, JSON or YAML.
 //! - [`demo`]: `tierd demo` on the in-memory backend.
 //! - [`logging`]: the tracing subscriber (default filter, colour only on a terminal).
 
