@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use tier_tests::{Cluster, PATIENCE, TempFile, Tierd, Tls, USER, antrea};
+use tier_tests::{Cluster, PATIENCE, Tierd, Tls, antrea};
 use tier_testserver::{AdmissionMode, Fault, ServerConfig, Verb, WebhookConfig};
 
 /// Seeds every Antrea Tier with a wrong priority or description, except `keep`.
@@ -218,39 +218,6 @@ async fn sigterm_during_a_backoff_exits_at_once_and_writes_nothing_after() {
 }
 
 #[tokio::test]
-async fn a_bad_tiers_file_exits_2_without_any_request() {
-    let cluster = Cluster::antrea().await;
-    let file = TempFile::with(
-        "tiers",
-        "yaml",
-        "tiers:\n  - {name: Bad_Name, priority: 10}\n  - {name: b, priority: 254}\n  - {name: c, priority: 10, colour: red}\n",
-    );
-    let path = file.0.to_str().unwrap();
-    for command in [
-        vec!["ensure"],
-        vec!["plan"],
-        vec!["run", "--listen", "127.0.0.1:0"],
-    ] {
-        let mut args = command.clone();
-        args.extend(["--tiers", path]);
-        let done = cluster.tierd(&args).await;
-        assert_eq!(done.code(), 2, "{command:?}: {}", done.stderr);
-        for needle in [
-            "tier Bad_Name: name: not a DNS-1123 subdomain",
-            "tier b: priority: is reserved",
-            "tier c: colour: unknown field",
-        ] {
-            assert!(
-                done.stderr.contains(needle),
-                "{command:?} lacks {needle:?}: {}",
-                done.stderr
-            );
-        }
-    }
-    assert_eq!(cluster.server.requests().len(), 0);
-}
-
-#[tokio::test]
 async fn two_replicas_converge_without_lasting_errors() {
     let cluster = Cluster::antrea().await;
     seed_drifted(&cluster);
@@ -274,60 +241,6 @@ async fn two_replicas_converge_without_lasting_errors() {
             assert!(metrics.contains(&line), "{line}: {metrics}");
         }
     }
-}
-
-#[tokio::test]
-async fn plan_exit_codes() {
-    let cluster = Cluster::antrea().await;
-    seed_drifted(&cluster);
-    let pending = cluster.tierd(&["plan"]).await;
-    assert_eq!(pending.code(), 2, "{}", pending.stderr);
-    assert!(
-        pending
-            .stdout
-            .contains("application      250       249  update priority and description"),
-        "{}",
-        pending.stdout
-    );
-    assert!(
-        pending
-            .stdout
-            .contains("emergency         50         -  create"),
-        "{}",
-        pending.stdout
-    );
-    assert_eq!(
-        cluster.server.requests().count(Verb::Create, None)
-            + cluster.server.requests().count(Verb::Update, None),
-        0,
-        "plan writes nothing"
-    );
-    assert_eq!(cluster.tierd(&["ensure"]).await.code(), 0);
-    let synced = cluster.tierd(&["plan"]).await;
-    assert_eq!(synced.code(), 0, "{}", synced.stdout);
-
-    let unreachable = TempFile::with(
-        "kubeconfig",
-        "yaml",
-        &cluster
-            .server
-            .kubeconfig_yaml(USER, "gone")
-            .unwrap()
-            .replace(&cluster.server.url(), "http://127.0.0.1:9"),
-    );
-    let down = Cluster {
-        server: tier_testserver::TestApiServer::start(ServerConfig::default())
-            .await
-            .unwrap(),
-        kubeconfig: unreachable,
-    };
-    let failed = down.tierd(&["plan", "--timeout", "1s"]).await;
-    assert_eq!(failed.code(), 1, "{}", failed.stderr);
-    assert!(
-        failed.stderr.contains("did not sync within"),
-        "{}",
-        failed.stderr
-    );
 }
 
 #[tokio::test]

@@ -6,22 +6,47 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Exit codes, shared by every command.
+/// Exit codes. `run`, `ensure`, `crd` and `demo` share 0/1/2; `plan` follows `kubectl diff`.
 pub mod exit {
     /// Success: converged, in sync, or printed.
     pub const OK: u8 = 0;
     /// A runtime error: the cluster could not be reached, or `ensure` timed out.
     pub const ERROR: u8 = 1;
-    /// Bad input (for example an invalid `--tiers` file), or `plan` found pending changes.
-    pub const USAGE_OR_PENDING: u8 = 2;
+    /// Bad input, for example an invalid `--tiers` file (nothing was sent to the API).
+    pub const USAGE: u8 = 2;
+    /// `plan`: changes are pending (as `kubectl diff` exits 1 when it finds differences).
+    pub const PLAN_PENDING: u8 = 1;
+    /// `plan`: any error, invalid input included (as `kubectl diff` exits above 1).
+    pub const PLAN_ERROR: u8 = 2;
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 success; 1 runtime error (API unreachable, timeout); \
-                          2 invalid input such as a bad --tiers file (plan: changes pending).";
+                          2 invalid input such as a bad --tiers file. \
+                          plan, like `kubectl diff`: 0 in sync; 1 changes pending; 2 on any error \
+                          or invalid input.";
+
+const PLAN_AFTER_HELP: &str = "\
+Exit codes (as `kubectl diff`, so a pipeline can tell drift from a broken setup):
+  0  every Tier is in sync
+  1  changes are pending (a create or update, including one that would be refused)
+  2  error or invalid input (bad --tiers file, API unreachable, Tier cache not synced)
+
+-o json and -o yaml print a list with one record per desired Tier, in the order of the
+desired set. The record is stable (fields are only added):
+  name      the Tier's name
+  desired   {priority, description}: the fields tierd ensures
+  observed  {priority, description}, or null when the Tier is absent
+  action    none | create | update: what `tierd ensure` would do
+  reason    why, in words: which fields differ, or who would refuse the write
+  blocked   {by, message} when the write would be refused (Antrea's admission rules), else null";
+
+/// The version `--version` prints: the crate version, plus the git commit and build date when
+/// `build.rs` could know them (e.g. `0.1.0 (commit f232372c1d0e, built 2026-12-01)`).
+pub const LONG_VERSION: &str = env!("TIERD_LONG_VERSION");
 
 /// tierd keeps a cluster's system Tiers (Antrea's six by default) present and correct.
 #[derive(Debug, Parser)]
-#[command(name = "tierd", version, about, after_help = EXIT_CODES)]
+#[command(name = "tierd", version = LONG_VERSION, about, after_help = EXIT_CODES)]
 pub struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TIERD_LOG_FORMAT")]
@@ -32,7 +57,8 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Log output formats. Filter with `RUST_LOG` (default `info`).
+/// Log output formats. Filter with `RUST_LOG` (default: the command's level, with kube's
+/// duplicate per-request lines off; see [`crate::logging`]). Colour only on a terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -58,10 +84,7 @@ pub enum Command {
     )]
     Ensure(EnsureArgs),
     /// Print what tierd would do (read-only: waits for the Tier cache, writes nothing).
-    #[command(
-        after_help = "Exit codes: 0 when every Tier is in sync; 2 when changes are pending \
-                            (or on invalid input); 1 on error."
-    )]
+    #[command(after_help = PLAN_AFTER_HELP)]
     Plan(PlanArgs),
     /// Print the Tier CustomResourceDefinition as YAML.
     #[command(after_help = "Exit codes: 0 printed; 1 on error.")]
@@ -158,9 +181,24 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
 
-    /// Give up waiting for the Tier cache after this long.
+    /// Give up waiting for the Tier cache after this long (the error says what the cache saw).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+
+    /// Output format: an aligned table, or one record per Tier as JSON or YAML.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+/// Output formats of `tierd plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// An aligned table for people.
+    Table,
+    /// A JSON list of records.
+    Json,
+    /// A YAML list of records.
+    Yaml,
 }
 
 /// Flags of `tierd demo`.
@@ -192,5 +230,33 @@ mod tests {
         assert_eq!(args.cluster.call_timeout, Duration::from_secs(10));
         assert!(Cli::try_parse_from(["tierd", "run", "--in-cluster", "--context", "x"]).is_err());
         assert!(Cli::try_parse_from(["tierd", "run", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    #[test]
+    fn plan_output_formats_and_version() {
+        let cli = Cli::try_parse_from(["tierd", "plan", "-o", "json", "--timeout", "5s"]).unwrap();
+        let Command::Plan(args) = cli.command else {
+            panic!("not plan");
+        };
+        assert_eq!(args.output, Output::Json);
+        assert_eq!(args.timeout, Duration::from_secs(5));
+        assert!(Cli::try_parse_from(["tierd", "plan", "-o", "xml"]).is_err());
+        let version = Cli::command().render_version();
+        assert!(
+            version.starts_with(&format!("tierd {}", env!("CARGO_PKG_VERSION"))),
+            "{version}"
+        );
+        assert!(version.contains("built "), "{version}");
+        let mut command = Cli::command();
+        let plan = command.find_subcommand_mut("plan").unwrap();
+        let help = plan.render_long_help().to_string();
+        for line in [
+            "  0  every Tier is in sync",
+            "  1  changes are pending",
+            "  2  error or invalid input",
+            "  blocked   {by, message}",
+        ] {
+            assert!(help.contains(line), "{line:?} not in {help}");
+        }
     }
 }

@@ -2,13 +2,18 @@
 //!
 //! Every command validates its input (the `--tiers` file) before it builds a client, so bad
 //! input exits 2 without a single API request.
+//!
+//! When the Tier cache does not sync in time (`plan --timeout`, `ensure --timeout`), the error
+//! names the API server and what the cache's watch last saw, in words
+//! ([`tier_kube::explain`]): connection refused, 403 Forbidden on list, the CRD missing.
 
 use std::time::Duration;
 
+use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister};
 use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
 
-use crate::cli::{ClusterArgs, EnsureArgs, PlanArgs, exit};
+use crate::cli::{ClusterArgs, EnsureArgs, Output, PlanArgs, exit};
 use crate::{plan, signals, tiers_file};
 
 /// A command failed; each variant maps to an exit code.
@@ -26,19 +31,28 @@ pub enum CommandError {
     /// The CRD could not be rendered (exit 1).
     #[error(transparent)]
     Crd(#[from] tier_kube::CrdError),
-    /// The Tier cache did not sync in time (exit 1).
-    #[error(
-        "the Tier cache did not sync within {0:?}: is the API server reachable, is the Tier CRD \
-         installed (`tierd crd | kubectl apply -f -`) and may tierd list and watch tiers?"
-    )]
-    SyncTimeout(Duration),
+    /// `plan`'s Tier cache did not sync in time (exit 2, as every `plan` error).
+    #[error("the Tier cache did not sync within {after:?} from {server}: {}", cache_words(.cache))]
+    SyncTimeout {
+        /// The timeout.
+        after: Duration,
+        /// The API server's URL.
+        server: String,
+        /// What the cache's watch last saw, in words.
+        cache: Option<String>,
+    },
+    /// The plan could not be printed as JSON or YAML (exit 2, as every `plan` error).
+    #[error("cannot print the plan: {0}")]
+    Output(String),
     /// `ensure --timeout` passed before every Tier converged (exit 1).
-    #[error("not every Tier converged within {after:?}:{}", pending(.status))]
+    #[error("not every Tier converged within {after:?}:{}", pending(.status, .cache.as_deref()))]
     NotConverged {
         /// The timeout.
         after: Duration,
         /// The status when it passed.
         status: Box<Status>,
+        /// What the cache's watch last saw, in words (for a cache that never synced).
+        cache: Option<String>,
     },
     /// A signal stopped the command (exit 1).
     #[error("stopped by a signal before finishing")]
@@ -58,16 +72,29 @@ impl CommandError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CommandError::Tiers(_) | CommandError::Tls(_) => exit::USAGE_OR_PENDING,
+            CommandError::Tiers(_) | CommandError::Tls(_) => exit::USAGE,
             _ => exit::ERROR,
         }
     }
 }
 
+/// What the cache saw, or that the API server never answered.
+fn cache_words(cache: &Option<String>) -> String {
+    match cache {
+        Some(error) => format!("last error: {error}"),
+        None => "no answer and no error from the API server yet (a slow server or a long \
+                 list); try a longer --timeout"
+            .to_owned(),
+    }
+}
+
 /// One line per Tier that is not converged, saying why.
-fn pending(status: &Status) -> String {
+fn pending(status: &Status, cache: Option<&str>) -> String {
     if !status.synced {
-        return "\n  - the Tier cache never synced".to_owned();
+        return match cache {
+            Some(error) => format!("\n  - the Tier cache never synced; last error: {error}"),
+            None => "\n  - the Tier cache never synced (no error seen)".to_owned(),
+        };
     }
     status.unconverged().map(|t| format!("\n  - {t}")).collect()
 }
@@ -102,28 +129,56 @@ pub fn crd() -> Result<String, CommandError> {
     Ok(tier_kube::crd::crd_yaml()?)
 }
 
-/// `tierd plan`: prints the plan table; exit 0 in sync, 2 pending. Writes nothing.
+/// `tierd plan`: prints the plan (table, JSON or YAML) and returns the exit code: 0 in sync,
+/// [`exit::PLAN_PENDING`] when changes are pending. Writes nothing.
+///
+/// # Errors
+///
+/// Invalid input, no client, or a Tier cache that did not sync within `--timeout`; `main` maps
+/// every error of `plan` to [`exit::PLAN_ERROR`].
 pub async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
     let desired = desired(&args.cluster)?;
-    let client = tier_kube::client::client(&client_options(&args.cluster)).await?;
+    let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
+    // The server, for error messages ("connection refused" to which server).
+    let server = config.cluster_url.to_string();
+    let client = tier_kube::client::client_from_config(config)?;
     let lister = KubeLister::start(client)?;
-    tokio::time::timeout(args.timeout, lister.wait_synced())
+    if tokio::time::timeout(args.timeout, lister.wait_synced())
         .await
-        .map_err(|_| CommandError::SyncTimeout(args.timeout))?;
-    let rows = plan::rows(&desired, &lister.snapshot());
-    print!("{}", plan::render(&rows));
-    Ok(if plan::in_sync(&rows) {
+        .is_err()
+    {
+        return Err(CommandError::SyncTimeout {
+            after: args.timeout,
+            server,
+            cache: lister.watch_stats().last_error,
+        });
+    }
+    // Creates are reviewed as Antrea's webhook would; the user matters only for updates, which
+    // plan does not predict.
+    let policy = AdmissionPolicy::antrea(String::new());
+    let records = plan::records(&desired, &lister.snapshot(), &policy);
+    let text = match args.output {
+        Output::Table => plan::table(&records),
+        Output::Json => plan::json(&records).map_err(|e| CommandError::Output(e.to_string()))?,
+        Output::Yaml => plan::yaml(&records).map_err(|e| CommandError::Output(e.to_string()))?,
+    };
+    print!("{text}");
+    Ok(if plan::in_sync(&records) {
         exit::OK
     } else {
-        exit::USAGE_OR_PENDING
+        exit::PLAN_PENDING
     })
 }
 
 /// `tierd ensure`: converges every Tier once; with `--timeout`, gives up naming the laggards.
 pub async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
     let desired = desired(&args.cluster)?;
-    let client = tier_kube::client::client(&client_options(&args.cluster)).await?;
+    let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
+    // The server, for error messages ("connection refused" to which server).
+    let server = config.cluster_url.to_string();
+    let client = tier_kube::client::client_from_config(config)?;
     let lister = KubeLister::start(client.clone())?;
+    let watch = lister.clone();
     let writer = KubeWriter::new(client, writer_config(&args.cluster)).with_store(lister.store());
     let ensurer = tier_runtime::spawn(lister, writer, desired, DriverConfig::default(), Mode::Once);
     let status = ensurer.status();
@@ -150,9 +205,19 @@ pub async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
     match (stopped, interrupted, args.timeout) {
         (Stopped::Converged, _, _) => Ok(()),
         (_, true, _) => Err(CommandError::Interrupted),
-        (_, false, after) => Err(CommandError::NotConverged {
-            after: after.unwrap_or_default(),
-            status: Box::new(status.current()),
-        }),
+        (_, false, after) => {
+            let status = status.current();
+            let cache = (!status.synced).then(|| {
+                watch.watch_stats().last_error.map_or_else(
+                    || format!("no answer yet from {server}"),
+                    |error| format!("{error} (API server {server})"),
+                )
+            });
+            Err(CommandError::NotConverged {
+                after: after.unwrap_or_default(),
+                status: Box::new(status),
+                cache,
+            })
+        }
     }
 }

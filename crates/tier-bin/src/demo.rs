@@ -148,7 +148,7 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     narrator.raw("tierd demo: the real initializer against an in-memory cluster.\n\n");
     narrator.raw("The cluster at the start, and what tierd has to do:\n");
     let start = Snapshot::synced(0, cluster.tiers().into_values());
-    narrator.raw(&indent(&plan::render(&plan::rows(&desired, &start))));
+    narrator.raw(&indent(&plan::render(&desired, &start)));
     narrator.raw(&format!(
         "\nAlso present: Tier {SQUATTER:?} at priority 150 (networkops' priority), which tierd \
          must leave alone. The API will fail two creates of securityops (503) and one update of \
@@ -208,7 +208,7 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     let converged = stopped == Stopped::Converged;
 
     narrator.raw("\nThe cluster at the end:\n");
-    narrator.raw(&indent(&plan::render(&plan::rows(&desired, &final_tiers))));
+    narrator.raw(&indent(&plan::render(&desired, &final_tiers)));
     narrator.raw(&format!(
         "\n{} in {:.2}s with {writes} API writes ({failed_writes} failed and were retried); \
          {SQUATTER:?} was never written.\n",

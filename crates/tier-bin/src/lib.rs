@@ -6,9 +6,9 @@
 //! - [`daemon`]: the `run` command.
 //! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`tiers_file`]: the `--tiers` YAML format and its validation.
-//! - [`plan`]: the read-only plan table.
+//! - [`plan`]: the read-only plan: one record per Tier, as a table, JSON or YAML.
 //! - [`demo`]: `tierd demo` on the in-memory backend.
-//! - [`logging`]: the tracing subscriber.
+//! - [`logging`]: the tracing subscriber (default filter, colour only on a terminal).
 
 pub mod cli;
 pub mod commands;
@@ -68,7 +68,12 @@ async fn run(cli: Cli) -> u8 {
         })),
         Command::Plan(args) => {
             logging::init(cli.log_format, "warn");
-            report(commands::plan(&args).await)
+            // Like `kubectl diff`: every error, invalid input included, is PLAN_ERROR, so that
+            // it never shares a code with "changes pending".
+            commands::plan(&args).await.unwrap_or_else(|error| {
+                eprintln!("tierd: {error}");
+                exit::PLAN_ERROR
+            })
         }
         Command::Ensure(args) => {
             logging::init(cli.log_format, "info");

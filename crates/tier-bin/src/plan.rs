@@ -1,87 +1,286 @@
-//! The plan: for every desired Tier, what is observed and what tierd would do. Read-only.
+//! The plan: for every desired Tier, what is observed, what tierd would do and whether the API
+//! server would let it. Read-only.
+//!
+//! # Output
+//!
+//! `tierd plan` prints a table (the default) or, with `-o json` / `-o yaml`, a list of
+//! [`Record`]s, one per desired Tier in the order of the desired set. The record is a stable
+//! interface for scripts; fields are only ever added:
+//!
+//! | field | type | meaning |
+//! |---|---|---|
+//! | `name` | string | the Tier's name |
+//! | `desired` | `{priority, description}` | the fields tierd ensures |
+//! | `observed` | `{priority, description}` or `null` | the Tier in the cluster; `null` when absent |
+//! | `action` | `none`, `create` or `update` | what `tierd ensure` would do (`unknown` only for a snapshot taken before the cache synced, which `tierd plan` never prints) |
+//! | `reason` | string | why, in words (which fields differ, or who would refuse the write) |
+//! | `blocked` | `{by, message}` or `null` | set when the write would be refused: by whom, with the API server's message |
+//!
+//! ```json
+//! [{"name":"networkops","desired":{"priority":150,"description":"..."},"observed":null,
+//!   "action":"create","reason":"would be refused by ...",
+//!   "blocked":{"by":"...","message":"tier networkops priority 150 overlaps with existing Tier"}}]
+//! ```
+//!
+//! # Truth about refusals
+//!
+//! A create is reviewed with [`tier_core::admission::review`], the rules Antrea's
+//! `tiervalidator.antrea.io` webhook (and tierd's own) applies, against every observed Tier, so
+//! plan says when `ensure` would meet a denial instead of promising a create that cannot happen.
+//! Updates are not predicted: whether a priority change is allowed depends on the user `ensure`
+//! runs as, which plan cannot know.
 
 use std::fmt::Write as _;
 
+use serde::Serialize;
+use tier_core::admission::{AdmissionPolicy, Request, review};
 use tier_core::{Decision, DesiredSet, Observed, Snapshot, decide};
 
-/// One line of the plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Row {
-    /// The Tier's name.
-    pub name: String,
-    /// The desired priority.
-    pub desired_priority: i64,
-    /// The observed priority, if the Tier exists.
-    pub observed_priority: Option<i64>,
-    /// Whether the observed description differs from the desired one.
-    pub description_differs: bool,
-    /// What tierd would do.
-    pub decision: Decision,
+/// Who refuses a Tier write that breaks Antrea's admission rules.
+pub const ADMISSION: &str = "the Tier admission webhook (tiervalidator.antrea.io rules)";
+
+/// A Tier's fields, desired or observed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Fields {
+    /// The priority.
+    pub priority: i64,
+    /// The description; empty means none.
+    pub description: String,
 }
 
-/// Computes the plan of `desired` against a synced `snapshot`.
-pub fn rows(desired: &DesiredSet, snapshot: &Snapshot) -> Vec<Row> {
+/// What tierd would do to one Tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Nothing: the Tier is in sync.
+    None,
+    /// Create the missing Tier.
+    Create,
+    /// Update the Tier's fields.
+    Update,
+    /// Not known: the snapshot was taken before the cache synced (`tierd plan` waits for the
+    /// sync, so it never prints this).
+    Unknown,
+}
+
+impl Action {
+    /// The action's name, as in the JSON record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::None => "none",
+            Action::Create => "create",
+            Action::Update => "update",
+            Action::Unknown => "unknown",
+        }
+    }
+}
+
+/// A write the API server would refuse.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Blocked {
+    /// Who would refuse it.
+    pub by: String,
+    /// The message it would give.
+    pub message: String,
+}
+
+/// One line of the plan: the stable record of `-o json` and `-o yaml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Record {
+    /// The Tier's name.
+    pub name: String,
+    /// The desired fields.
+    pub desired: Fields,
+    /// The observed fields; `None` (`null`) when the Tier is absent.
+    pub observed: Option<Fields>,
+    /// What tierd would do.
+    pub action: Action,
+    /// Why, in words.
+    pub reason: String,
+    /// Set when the write would be refused.
+    pub blocked: Option<Blocked>,
+}
+
+/// Computes the plan of `desired` against `snapshot` (synced, or every action is
+/// [`Action::Unknown`]), predicting refusals of creates with `policy`.
+pub fn records(desired: &DesiredSet, snapshot: &Snapshot, policy: &AdmissionPolicy) -> Vec<Record> {
+    let existing: Vec<(&str, i64)> = snapshot
+        .tiers
+        .as_deref()
+        .map(|tiers| {
+            tiers
+                .values()
+                .map(|t| (t.name.as_str(), t.priority))
+                .collect()
+        })
+        .unwrap_or_default();
     desired
         .tiers()
         .iter()
         .map(|tier| {
             let observed = snapshot.observe(&tier.name);
-            let (observed_priority, description_differs) = match &observed {
-                Observed::Present(o) => (Some(o.priority), o.description != tier.description),
-                _ => (None, false),
+            let fields = match &observed {
+                Observed::Present(o) => Some(Fields {
+                    priority: o.priority,
+                    description: o.description.clone(),
+                }),
+                _ => None,
             };
-            Row {
+            let desired_fields = Fields {
+                priority: tier.priority,
+                description: tier.description.clone(),
+            };
+            let (action, reason, blocked) = match (decide(tier, &observed), &fields) {
+                (Decision::InSync, _) => (Action::None, "in sync".to_owned(), None),
+                (Decision::Update { .. }, Some(o)) => {
+                    (Action::Update, differences(&desired_fields, o), None)
+                }
+                (Decision::WaitForSync, _) => (
+                    Action::Unknown,
+                    "the Tier cache has not synced".to_owned(),
+                    None,
+                ),
+                // Absent: a create, unless the admission rules would refuse it.
+                (Decision::Create | Decision::Update { .. }, _) => {
+                    let request = Request::Create {
+                        name: &tier.name,
+                        priority: tier.priority,
+                    };
+                    match review(policy, &request, existing.iter().copied()) {
+                        Ok(()) => (Action::Create, "missing".to_owned(), None),
+                        Err(denial) => {
+                            let holders: Vec<&str> = existing
+                                .iter()
+                                .filter(|(_, p)| *p == tier.priority)
+                                .map(|(n, _)| *n)
+                                .collect();
+                            let mut reason = format!("would be refused by {ADMISSION}: {denial}");
+                            if !holders.is_empty() {
+                                let _ = write!(
+                                    reason,
+                                    " ({holders} holds priority {p}: move {holders} to another \
+                                     priority, or give {name} another one)",
+                                    holders = holders.join(", "),
+                                    p = tier.priority,
+                                    name = tier.name
+                                );
+                            }
+                            let blocked = Blocked {
+                                by: ADMISSION.to_owned(),
+                                message: denial.to_string(),
+                            };
+                            (Action::Create, reason, Some(blocked))
+                        }
+                    }
+                }
+            };
+            Record {
                 name: tier.name.clone(),
-                desired_priority: tier.priority,
-                observed_priority,
-                description_differs,
-                decision: decide(tier, &observed),
+                desired: desired_fields,
+                observed: fields,
+                action,
+                reason,
+                blocked,
             }
         })
         .collect()
 }
 
-/// Whether every row is in sync.
-pub fn in_sync(rows: &[Row]) -> bool {
-    rows.iter().all(|r| r.decision == Decision::InSync)
+/// The table of `desired` against `snapshot`, refusals predicted with Antrea's rules.
+pub fn render(desired: &DesiredSet, snapshot: &Snapshot) -> String {
+    table(&records(
+        desired,
+        snapshot,
+        &AdmissionPolicy::antrea(String::new()),
+    ))
 }
 
-/// Renders rows as an aligned text table.
-pub fn render(rows: &[Row]) -> String {
+/// Which fields differ, in words.
+fn differences(desired: &Fields, observed: &Fields) -> String {
+    let mut what = Vec::new();
+    if desired.priority != observed.priority {
+        what.push(format!(
+            "priority is {}, want {}",
+            observed.priority, desired.priority
+        ));
+    }
+    if desired.description != observed.description {
+        what.push(format!(
+            "description is {:?}, want {:?}",
+            observed.description, desired.description
+        ));
+    }
+    what.join("; ")
+}
+
+/// Whether every record is in sync.
+pub fn in_sync(records: &[Record]) -> bool {
+    records.iter().all(|r| r.action == Action::None)
+}
+
+/// Renders records as an aligned text table.
+pub fn table(records: &[Record]) -> String {
     let mut out = String::new();
-    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let width = records
+        .iter()
+        .map(|r| r.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     let _ = writeln!(
         out,
         "{:<width$}  {:>7}  {:>8}  ACTION",
         "NAME", "DESIRED", "OBSERVED"
     );
-    for row in rows {
-        let observed = row
-            .observed_priority
-            .map_or_else(|| "-".to_owned(), |p| p.to_string());
-        let action = match (&row.decision, row.observed_priority) {
-            (Decision::InSync, _) => "none (in sync)".to_owned(),
-            (Decision::Create, _) => "create".to_owned(),
-            (Decision::WaitForSync, _) => "unknown (cache not synced)".to_owned(),
-            (Decision::Update { .. }, Some(p)) => {
+    for record in records {
+        let observed = record
+            .observed
+            .as_ref()
+            .map_or_else(|| "-".to_owned(), |o| o.priority.to_string());
+        let action = match (record.action, &record.observed, &record.blocked) {
+            (Action::None, _, _) => "none (in sync)".to_owned(),
+            (Action::Create, _, None) => "create".to_owned(),
+            (action, _, Some(_)) => format!("{} {}", action.as_str(), record.reason),
+            (Action::Update, Some(o), None) => {
                 let mut what = Vec::new();
-                if p != row.desired_priority {
+                if o.priority != record.desired.priority {
                     what.push("priority");
                 }
-                if row.description_differs {
+                if o.description != record.desired.description {
                     what.push("description");
                 }
                 format!("update {}", what.join(" and "))
             }
-            (Decision::Update { .. }, None) => "update".to_owned(),
+            (Action::Update, None, None) => "update".to_owned(),
+            (Action::Unknown, _, None) => "unknown (cache not synced)".to_owned(),
         };
         let _ = writeln!(
             out,
             "{:<width$}  {:>7}  {:>8}  {action}",
-            row.name, row.desired_priority, observed
+            record.name, record.desired.priority, observed
         );
     }
     out
+}
+
+/// Renders records as a JSON list, one record per Tier.
+///
+/// # Errors
+///
+/// Never in practice: the records hold only strings and integers.
+pub fn json(records: &[Record]) -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(records)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Renders records as a YAML list, one record per Tier.
+///
+/// # Errors
+///
+/// Never in practice: the records hold only strings and integers.
+pub fn yaml(records: &[Record]) -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(records)
 }
 
 #[cfg(test)]
@@ -90,33 +289,132 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn plans_and_renders() {
+    const USER: &str = "system:serviceaccount:kube-system:tierd";
+
+    fn observed(name: &str, priority: i64, description: &str) -> ObservedTier {
+        ObservedTier {
+            name: name.into(),
+            priority,
+            description: description.into(),
+            resource_version: "1".into(),
+        }
+    }
+
+    fn drifted() -> Vec<Record> {
         let desired = DesiredSet::antrea();
-        let mut observed: Vec<ObservedTier> = desired
+        let mut tiers: Vec<ObservedTier> = desired
             .tiers()
             .iter()
-            .map(|t| ObservedTier {
-                name: t.name.clone(),
-                priority: t.priority,
-                description: t.description.clone(),
-                resource_version: "1".into(),
-            })
+            .map(|t| observed(&t.name, t.priority, &t.description))
             .collect();
-        observed[1].priority = 240;
-        observed[2].description = "x".into();
-        observed.remove(5);
-        let rows = rows(&desired, &Snapshot::synced(1, observed));
-        assert!(!in_sync(&rows));
-        let table = render(&rows);
+        tiers[1].priority = 240;
+        tiers[2].description = "x".into();
+        tiers.remove(5);
+        tiers.remove(3);
+        tiers.push(observed("team-a", 150, "a user's Tier"));
+        records(
+            &desired,
+            &Snapshot::synced(1, tiers),
+            &AdmissionPolicy::antrea(USER),
+        )
+    }
+
+    #[test]
+    fn plans_and_renders_a_table() {
+        let records = drifted();
+        assert!(!in_sync(&records));
+        let table = table(&records);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines[0], "NAME         DESIRED  OBSERVED  ACTION");
-        assert_eq!(lines[1], "baseline         253       253  none (in sync)");
-        assert_eq!(lines[2], "application      250       240  update priority");
         assert_eq!(
-            lines[3],
-            "platform         200       200  update description"
+            lines,
+            [
+                "NAME         DESIRED  OBSERVED  ACTION",
+                "baseline         253       253  none (in sync)",
+                "application      250       240  update priority",
+                "platform         200       200  update description",
+                "networkops       150         -  create would be refused by the Tier admission webhook \
+                 (tiervalidator.antrea.io rules): tier networkops priority 150 overlaps with \
+                 existing Tier (team-a holds priority 150: move team-a to another priority, or \
+                 give networkops another one)",
+                "securityops      100       100  none (in sync)",
+                "emergency         50         -  create",
+            ]
         );
-        assert_eq!(lines[6], "emergency         50         -  create");
+    }
+
+    #[test]
+    fn records_say_what_and_why() {
+        let records = drifted();
+        assert_eq!(records[1].action, Action::Update);
+        assert_eq!(records[1].reason, "priority is 240, want 250");
+        assert_eq!(
+            records[2].reason,
+            "description is \"x\", want \"[READ-ONLY]: System generated Platform Tier\""
+        );
+        assert_eq!(
+            records[3].blocked,
+            Some(Blocked {
+                by: ADMISSION.into(),
+                message: "tier networkops priority 150 overlaps with existing Tier".into()
+            })
+        );
+        assert_eq!(records[5].reason, "missing");
+        assert_eq!(records[5].blocked, None);
+        assert_eq!(records[0].observed.as_ref().map(|o| o.priority), Some(253));
+    }
+
+    #[test]
+    fn json_and_yaml_records_are_stable() {
+        let records = drifted();
+        let json: serde_json::Value = serde_json::from_str(&json(&records).unwrap()).unwrap();
+        let emergency = &json[5];
+        assert_eq!(
+            emergency,
+            &serde_json::json!({
+                "name": "emergency",
+                "desired": {"priority": 50, "description": "[READ-ONLY]: System generated Emergency Tier"},
+                "observed": null,
+                "action": "create",
+                "reason": "missing",
+                "blocked": null,
+            })
+        );
+        assert_eq!(json[0]["action"], "none");
+        assert_eq!(json[0]["observed"]["priority"], 253);
+        let yaml: serde_yaml::Value = serde_yaml::from_str(&yaml(&records).unwrap()).unwrap();
+        assert_eq!(yaml[3]["name"].as_str(), Some("networkops"));
+        assert_eq!(yaml[3]["action"].as_str(), Some("create"));
+        assert!(yaml[3]["blocked"]["message"].as_str().is_some());
+    }
+
+    #[test]
+    fn an_unsynced_snapshot_promises_nothing() {
+        let records = records(
+            &DesiredSet::antrea(),
+            &Snapshot::default(),
+            &AdmissionPolicy::antrea(USER),
+        );
+        assert!(records.iter().all(|r| r.action == Action::Unknown));
+        assert!(!in_sync(&records));
+        assert!(table(&records).contains("unknown (cache not synced)"));
+    }
+
+    #[test]
+    fn a_full_cluster_refuses_every_create() {
+        let desired = DesiredSet::new(
+            vec![tier_core::TierSpec::new("late", 40, "")],
+            &Default::default(),
+        )
+        .unwrap();
+        let full: Vec<ObservedTier> = (0..20).map(|i| observed(&format!("t{i}"), i, "")).collect();
+        let records = records(
+            &desired,
+            &Snapshot::synced(1, full),
+            &AdmissionPolicy::antrea(USER),
+        );
+        assert_eq!(
+            records[0].blocked.as_ref().map(|b| b.message.as_str()),
+            Some("maximum number of Tiers supported: 20")
+        );
     }
 }

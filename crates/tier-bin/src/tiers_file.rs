@@ -7,30 +7,67 @@
 //!     description: "[READ-ONLY]: System generated Baseline Tier"
 //! ```
 //!
-//! [`parse`] reports every problem at once (Tier, field, rule): shape errors found while reading
-//! the document, then the rules of [`tier_core::DesiredSet`] over every well-formed entry. Nothing is sent to any API before
-//! the file is valid.
+//! [`parse`] reports every problem at once, one line each in Kubernetes' field-error form (as
+//! kube-apiserver reports an invalid object): the entry's position and name, the field path in
+//! the Tier object, the kind of error, the offending value and the rule:
+//!
+//! ```text
+//! tiers[1] (networkops): spec.priority: Invalid value: 300: must be less than or equal to 255
+//! tiers[2] (c): colour: Forbidden: unknown field; the fields are name, priority and description
+//! tiers[3]: metadata.name: Required value: name is required
+//! ```
+//!
+//! Shape errors found while reading the document come first, then the rules of
+//! [`tier_core::DesiredSet`] over every well-formed entry (so one malformed entry hides no other
+//! problem). Nothing is sent to any API before the file is valid.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
-use tier_core::{DesiredSet, TierSpec, ValidationRules};
+use tier_core::{DesiredSet, ErrorType, Rule, TierSpec, ValidationRules, Violation};
 
-/// One problem in a Tiers file.
+/// One problem in a Tiers file, in Kubernetes' field-error form.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
-    /// The Tier (its name, or `#index` when it has no usable name), or `-` for the document.
+    /// The entry's position in the `tiers` list; `None` for the document or the list itself.
+    pub index: Option<usize>,
+    /// The entry's name when it has a usable one, else empty.
     pub tier: String,
-    /// The field, e.g. `priority`.
+    /// The field path: `metadata.name`, `spec.priority`, `spec.description`, an unknown key,
+    /// `tiers`; empty for the entry as a whole, or (with no index) the document as a whole.
     pub field: String,
-    /// What is wrong and what is expected.
-    pub rule: String,
+    /// The kind of error.
+    pub kind: ErrorType,
+    /// The offending value as Kubernetes prints it (strings quoted, numbers bare), if any.
+    pub value: Option<String>,
+    /// The rule, or what is wrong (may be empty for `Required value`).
+    pub detail: String,
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tier {}: {}: {}", self.tier, self.field, self.rule)
+        if self.index.is_none() && self.field.is_empty() {
+            return f.write_str(&self.detail);
+        }
+        if let Some(index) = self.index {
+            write!(f, "tiers[{index}]")?;
+            if !self.tier.is_empty() {
+                write!(f, " ({})", self.tier)?;
+            }
+            f.write_str(": ")?;
+        }
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        write!(f, "{}", self.kind)?;
+        if let Some(value) = &self.value {
+            write!(f, ": {value}")?;
+        }
+        if !self.detail.is_empty() {
+            write!(f, ": {}", self.detail)?;
+        }
+        Ok(())
     }
 }
 
@@ -83,21 +120,25 @@ pub const MAX_BYTES: usize = 64 * 1024;
 /// takes time quadratic in it, and a Tiers file needs three levels.
 pub const MAX_FLOW_DEPTH: usize = 32;
 
+/// The fields of an entry, as the file names them and as the Tier object does.
+const FIELDS: [(&str, &str); 3] = [
+    ("name", "metadata.name"),
+    ("priority", "spec.priority"),
+    ("description", "spec.description"),
+];
+
 /// Parses and validates a Tiers document; on failure returns every problem found.
 pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
     if text.len() > MAX_BYTES {
-        return Err(vec![problem(
-            "-",
-            "document",
-            format!("{} bytes, at most {MAX_BYTES} are accepted", text.len()),
-        )]);
+        return Err(vec![document(format!(
+            "the file is {} bytes; at most {MAX_BYTES} are accepted",
+            text.len()
+        ))]);
     }
     if flow_depth(text) > MAX_FLOW_DEPTH {
-        return Err(vec![problem(
-            "-",
-            "document",
-            format!("`[`/`{{` nested deeper than {MAX_FLOW_DEPTH} levels"),
-        )]);
+        return Err(vec![document(format!(
+            "`[`/`{{` nested deeper than {MAX_FLOW_DEPTH} levels"
+        ))]);
     }
     let doc: Value = serde_yaml::from_str(text).map_err(|e| {
         let what = e.to_string();
@@ -107,49 +148,60 @@ pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
         } else {
             format!("not valid YAML: {what}")
         };
-        vec![problem("-", "document", rule)]
+        vec![document(rule)]
     })?;
     let Some(map) = doc.as_mapping() else {
-        return Err(vec![problem(
-            "-",
-            "document",
-            "expected a mapping with a `tiers` list".to_owned(),
+        return Err(vec![document(
+            "the document must be a mapping with a `tiers` list".to_owned(),
         )]);
     };
     let mut problems = Vec::new();
     for key in map.keys() {
         if key.as_str() != Some("tiers") {
-            problems.push(problem(
-                "-",
-                &key_name(key),
-                "unknown field; only `tiers` is allowed".to_owned(),
-            ));
+            problems.push(Problem {
+                field: key_name(key),
+                ..problem(
+                    None,
+                    ErrorType::Forbidden,
+                    None,
+                    "unknown field; the only field is tiers",
+                )
+            });
         }
     }
     let entries = match map.get("tiers") {
         Some(Value::Sequence(entries)) if !entries.is_empty() => entries.as_slice(),
-        Some(Value::Sequence(_)) => {
+        Some(Value::Sequence(_)) | None => {
             problems.push(problem(
-                "-",
-                "tiers",
-                "must list at least one Tier".to_owned(),
+                None,
+                ErrorType::Required,
+                None,
+                "at least one Tier is required",
             ));
             &[]
         }
-        Some(_) => {
-            problems.push(problem("-", "tiers", "must be a list of Tiers".to_owned()));
-            &[]
-        }
-        None => {
-            problems.push(problem("-", "tiers", "is required".to_owned()));
+        Some(other) => {
+            problems.push(problem(
+                None,
+                ErrorType::Invalid,
+                render(other),
+                &format!("must be a list of Tiers, not {}", kind_of(other)),
+            ));
             &[]
         }
     };
+    // The well-formed entries and their positions in the file.
     let mut specs = Vec::new();
+    let mut positions = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         if let Some(spec) = read_entry(index, entry, &mut problems) {
             specs.push(spec);
+            positions.push(index);
         }
+    }
+    if specs.is_empty() {
+        // Every entry (or the list itself) already has a problem.
+        return Err(problems);
     }
     // The rules apply to every well-formed entry, so one malformed entry hides no other problem.
     match DesiredSet::new(specs, &ValidationRules::default()) {
@@ -159,87 +211,199 @@ pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
             problems.extend(
                 err.violations()
                     .iter()
-                    .map(|v| problem(&v.tier, v.field, v.rule.to_string())),
+                    .map(|v| from_violation(v, &positions)),
             );
             Err(problems)
         }
     }
 }
 
+/// A core violation, with positions among the well-formed entries turned into file positions.
+fn from_violation(violation: &Violation, positions: &[usize]) -> Problem {
+    let at = |i: usize| positions.get(i).copied().unwrap_or(i);
+    let rule = match &violation.rule {
+        Rule::DuplicateName { first } => Rule::DuplicateName { first: at(*first) },
+        Rule::DuplicatePriority { holder, first } => Rule::DuplicatePriority {
+            holder: holder.clone(),
+            first: at(*first),
+        },
+        other => other.clone(),
+    };
+    Problem {
+        index: violation.index.map(at),
+        tier: violation.tier.clone(),
+        field: violation.field.to_owned(),
+        kind: rule.error_type(),
+        value: violation.value.clone(),
+        detail: rule.to_string(),
+    }
+}
+
 fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Option<TierSpec> {
     let Some(map) = entry.as_mapping() else {
-        problems.push(problem(
-            &format!("#{index}"),
-            "-",
-            "each Tier must be a mapping with name, priority and description".to_owned(),
-        ));
+        problems.push(Problem {
+            field: String::new(),
+            ..problem(
+                Some(index),
+                ErrorType::Invalid,
+                render(entry),
+                &format!(
+                    "each Tier must be a mapping with name, priority and description, not {}",
+                    kind_of(entry)
+                ),
+            )
+        });
         return None;
+    };
+    let tier = match map.get("name") {
+        Some(Value::String(name)) => name.clone(),
+        _ => String::new(),
+    };
+    let before = problems.len();
+    let mut push = |field: &str, kind, value, detail: &str| {
+        problems.push(Problem {
+            tier: tier.clone(),
+            field: field.to_owned(),
+            ..problem(Some(index), kind, value, detail)
+        });
     };
     let name = match map.get("name") {
         Some(Value::String(name)) => Some(name.clone()),
-        Some(_) => None,
-        None => None,
-    };
-    let label = name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| format!("#{index}"));
-    let before = problems.len();
-    match map.get("name") {
-        Some(Value::String(_)) => {}
-        Some(_) => problems.push(problem(&label, "name", "must be a string".to_owned())),
-        None => problems.push(problem(&label, "name", "is required".to_owned())),
-    }
-    let priority = match map.get("priority") {
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(p) => Some(p),
-            None => {
-                problems.push(problem(
-                    &label,
-                    "priority",
-                    "must be a whole number between 0 and 255".to_owned(),
-                ));
-                None
-            }
-        },
-        Some(_) => {
-            problems.push(problem(
-                &label,
-                "priority",
-                "must be a whole number between 0 and 255".to_owned(),
-            ));
+        Some(other) => {
+            push(
+                "metadata.name",
+                ErrorType::Invalid,
+                render(other),
+                &format!("must be a string, not {}", kind_of(other)),
+            );
             None
         }
         None => {
-            problems.push(problem(&label, "priority", "is required".to_owned()));
+            push(
+                "metadata.name",
+                ErrorType::Required,
+                None,
+                "name is required",
+            );
+            None
+        }
+    };
+    let priority = match map.get("priority") {
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+            (Some(p), _) => Some(p),
+            (None, Some(_)) => {
+                push(
+                    "spec.priority",
+                    ErrorType::Invalid,
+                    Some(n.to_string()),
+                    &Rule::PriorityTooHigh.to_string(),
+                );
+                None
+            }
+            (None, None) => {
+                push(
+                    "spec.priority",
+                    ErrorType::Invalid,
+                    Some(n.to_string()),
+                    "must be an integer between 0 and 255",
+                );
+                None
+            }
+        },
+        Some(other) => {
+            push(
+                "spec.priority",
+                ErrorType::Invalid,
+                render(other),
+                &format!(
+                    "must be an integer between 0 and 255, not {}",
+                    kind_of(other)
+                ),
+            );
+            None
+        }
+        None => {
+            push("spec.priority", ErrorType::Required, None, "");
             None
         }
     };
     let description = match map.get("description") {
         None | Some(Value::Null) => Some(String::new()),
         Some(Value::String(d)) => Some(d.clone()),
-        Some(_) => {
-            problems.push(problem(
-                &label,
-                "description",
-                "must be a string".to_owned(),
-            ));
+        Some(other) => {
+            push(
+                "spec.description",
+                ErrorType::Invalid,
+                render(other),
+                &format!("must be a string, not {}", kind_of(other)),
+            );
             None
         }
     };
     for key in map.keys() {
-        if !matches!(key.as_str(), Some("name" | "priority" | "description")) {
-            problems.push(problem(
-                &label,
+        let known = key
+            .as_str()
+            .is_some_and(|k| FIELDS.iter().any(|(name, _)| *name == k));
+        if !known {
+            push(
                 &key_name(key),
-                "unknown field; allowed are name, priority and description".to_owned(),
-            ));
+                ErrorType::Forbidden,
+                None,
+                "unknown field; the fields are name, priority and description",
+            );
         }
     }
     if problems.len() > before {
         return None;
     }
     Some(TierSpec::new(name?, priority?, description?))
+}
+
+/// A value as Kubernetes prints it in `Invalid value: ...`: strings quoted, numbers and booleans
+/// bare; `None` for lists and mappings (the rule names their kind instead).
+fn render(value: &Value) -> Option<String> {
+    match value {
+        Value::Null => Some("null".to_owned()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::String(s) => Some(format!("{s:?}")),
+        Value::Tagged(tagged) => render(&tagged.value).map(|v| format!("{} {v}", tagged.tag)),
+        Value::Sequence(_) | Value::Mapping(_) => None,
+    }
+}
+
+/// The kind of a YAML value, for "must be X, not Y".
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// A problem with the whole document (unreadable, too big, not a mapping).
+fn document(detail: String) -> Problem {
+    Problem {
+        field: String::new(),
+        ..problem(None, ErrorType::Invalid, None, &detail)
+    }
+}
+
+/// A problem on `tiers` (or, with `index`, on that entry), of `kind`.
+fn problem(index: Option<usize>, kind: ErrorType, value: Option<String>, detail: &str) -> Problem {
+    Problem {
+        index,
+        tier: String::new(),
+        field: "tiers".to_owned(),
+        kind,
+        value,
+        detail: detail.to_owned(),
+    }
 }
 
 /// The deepest nesting of `[` and `{` outside quoted scalars and comments: an upper bound good
@@ -283,17 +447,17 @@ fn key_name(key: &Value) -> String {
     }
 }
 
-fn problem(tier: &str, field: &str, rule: String) -> Problem {
-    Problem {
-        tier: tier.to_owned(),
-        field: field.to_owned(),
-        rule,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        parse(text)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
 
     #[test]
     fn parses_a_valid_file() {
@@ -309,63 +473,79 @@ mod tests {
 
     #[test]
     fn reports_every_shape_problem_at_once() {
-        let problems = parse(
-            "extra: 1\ntiers:\n  - name: a\n    priority: high\n  - priority: 3\n  - name: c\n    priority: 4\n    colour: red\n  - 7\n",
-        )
-        .unwrap_err();
-        let got: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(
-            got,
+            lines(
+                "extra: 1\ntiers:\n  - name: a\n    priority: high\n  - priority: 3\n  - name: c\n    priority: 4\n    colour: red\n  - 7\n  - {name: [x], priority: 1.5, description: 2}\n"
+            ),
             [
-                "tier -: extra: unknown field; only `tiers` is allowed",
-                "tier a: priority: must be a whole number between 0 and 255",
-                "tier #1: name: is required",
-                "tier c: colour: unknown field; allowed are name, priority and description",
-                "tier #3: -: each Tier must be a mapping with name, priority and description",
+                "extra: Forbidden: unknown field; the only field is tiers",
+                "tiers[0] (a): spec.priority: Invalid value: \"high\": must be an integer between 0 \
+                 and 255, not a string",
+                "tiers[1]: metadata.name: Required value: name is required",
+                "tiers[2] (c): colour: Forbidden: unknown field; the fields are name, priority and \
+                 description",
+                "tiers[3]: Invalid value: 7: each Tier must be a mapping with name, priority and \
+                 description, not an integer",
+                "tiers[4]: metadata.name: Invalid value: must be a string, not a list",
+                "tiers[4]: spec.priority: Invalid value: 1.5: must be an integer between 0 and 255",
+                "tiers[4]: spec.description: Invalid value: 2: must be a string, not an integer",
             ]
         );
     }
 
     #[test]
-    fn reports_every_rule_violation_at_once() {
-        let problems = parse(
-            "tiers:\n  - {name: Bad_Name, priority: 10}\n  - {name: b, priority: 254}\n  - {name: c, priority: 10}\n  - {name: d, priority: 300}\n",
-        )
-        .unwrap_err();
-        let got: Vec<(&str, &str)> = problems
-            .iter()
-            .map(|p| (p.tier.as_str(), p.field.as_str()))
-            .collect();
+    fn reports_every_rule_violation_at_once_with_file_positions() {
         assert_eq!(
-            got,
+            lines(
+                "tiers:\n  - {name: Bad_Name, priority: 10}\n  - {name: x, priority: nope}\n  - {name: b, priority: 254}\n  - {name: c, priority: 10}\n  - {name: networkops, priority: 300}\n  - {name: c, priority: 12}\n  - {name: big, priority: 18446744073709551615}\n"
+            ),
             [
-                ("Bad_Name", "name"),
-                ("b", "priority"),
-                ("c", "priority"),
-                ("d", "priority")
+                "tiers[1] (x): spec.priority: Invalid value: \"nope\": must be an integer between 0 \
+                 and 255, not a string",
+                "tiers[6] (big): spec.priority: Invalid value: 18446744073709551615: must be less \
+                 than or equal to 255",
+                "tiers[0] (Bad_Name): metadata.name: Invalid value: \"Bad_Name\": must be a \
+                 lowercase RFC 1123 subdomain: each label must start and end with a lowercase \
+                 letter or a digit",
+                "tiers[2] (b): spec.priority: Invalid value: 254: is reserved; choose another priority",
+                "tiers[3] (c): spec.priority: Duplicate value: 10: already used by tiers[0] (Bad_Name)",
+                "tiers[4] (networkops): spec.priority: Invalid value: 300: must be less than or equal \
+                 to 255",
+                "tiers[5] (c): metadata.name: Duplicate value: \"c\": already used by tiers[3]",
             ]
-        );
-        assert!(problems[1].rule.contains("reserved"), "{:?}", problems[1]);
-        assert!(
-            problems[2]
-                .rule
-                .contains("already used by tier \"Bad_Name\""),
-            "{:?}",
-            problems[2]
         );
     }
 
     #[test]
     fn a_malformed_entry_hides_no_rule_violation() {
-        let problems = parse("tiers:\n  - {name: a, priority: x}\n  - {name: b, priority: 251}\n")
-            .unwrap_err();
-        let got: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert_eq!(
-            got,
+            lines("tiers:\n  - {name: a, priority: x}\n  - {name: b, priority: 251}\n"),
             [
-                "tier a: priority: must be a whole number between 0 and 255",
-                "tier b: priority: is reserved; choose another priority",
+                "tiers[0] (a): spec.priority: Invalid value: \"x\": must be an integer between 0 \
+                 and 255, not a string",
+                "tiers[1] (b): spec.priority: Invalid value: 251: is reserved; choose another priority",
             ]
+        );
+        // Every entry malformed: no rule of the set (not even "empty") is added.
+        assert_eq!(
+            lines("tiers:\n  - {name: a}\n"),
+            ["tiers[0] (a): spec.priority: Required value"]
+        );
+    }
+
+    #[test]
+    fn problems_stay_structured() {
+        let problems = parse("tiers: [{name: a, priority: 300}]").unwrap_err();
+        assert_eq!(
+            problems,
+            [Problem {
+                index: Some(0),
+                tier: "a".into(),
+                field: "spec.priority".into(),
+                kind: ErrorType::Invalid,
+                value: Some("300".into()),
+                detail: "must be less than or equal to 255".into(),
+            }]
         );
     }
 
@@ -374,7 +554,7 @@ mod tests {
         let deep = format!("tiers: {}{}", "[".repeat(33), "]".repeat(33));
         assert!(
             parse(&deep).unwrap_err()[0]
-                .rule
+                .detail
                 .contains("nested deeper than 32")
         );
         // Brackets in quotes and comments do not count.
@@ -385,24 +565,43 @@ mod tests {
         );
         assert!(parse(&quoted).is_ok(), "{:?}", parse(&quoted));
         let big = format!("tiers: []\n#{}", "x".repeat(MAX_BYTES));
-        assert!(parse(&big).unwrap_err()[0].rule.contains("at most 65536"));
+        assert!(
+            parse(&big).unwrap_err()[0]
+                .to_string()
+                .ends_with("bytes; at most 65536 are accepted")
+        );
         let huge = parse("tiers: [{name: a, priority: 18446744073709551616}]").unwrap_err();
         assert!(
-            huge[0].rule.starts_with("a number is out of range"),
+            huge[0].detail.starts_with("a number is out of range"),
             "{huge:?}"
         );
-        let empty_key = parse("\"\": 1").unwrap_err();
-        assert_eq!(empty_key[0].field, "\"\"");
+        assert_eq!(
+            lines("\"\": 1"),
+            [
+                "\"\": Forbidden: unknown field; the only field is tiers",
+                "tiers: Required value: at least one Tier is required",
+            ]
+        );
     }
 
     #[test]
     fn syntax_errors_and_wrong_shapes() {
-        assert_eq!(parse("tiers: [").unwrap_err()[0].field, "document");
-        assert_eq!(parse("- a").unwrap_err()[0].field, "document");
+        assert!(lines("tiers: [")[0].starts_with("not valid YAML: "));
         assert_eq!(
-            parse("tiers: []").unwrap_err()[0].rule,
-            "must list at least one Tier"
+            lines("- a"),
+            ["the document must be a mapping with a `tiers` list"]
         );
-        assert_eq!(parse("{}").unwrap_err()[0].rule, "is required");
+        assert_eq!(
+            lines("tiers: []"),
+            ["tiers: Required value: at least one Tier is required"]
+        );
+        assert_eq!(
+            lines("{}"),
+            ["tiers: Required value: at least one Tier is required"]
+        );
+        assert_eq!(
+            lines("tiers: 3"),
+            ["tiers: Invalid value: 3: must be a list of Tiers, not an integer"]
+        );
     }
 }

@@ -30,11 +30,14 @@ fn check_tolerating(text: &str, empty_key_bug: bool) -> Result<DesiredSet, Vec<P
         Err(problems) => {
             assert!(!problems.is_empty(), "rejected with no problem: {text:?}");
             for p in problems {
-                let field_named =
-                    !p.field.is_empty() || (empty_key_bug && p.rule.starts_with("unknown field"));
+                // An entry or a field is named, or (for the document as a whole) the rule.
+                let located = p.index.is_some()
+                    || !p.field.is_empty()
+                    || (empty_key_bug && p.detail.starts_with("unknown field"));
+                let document = p.index.is_none() && p.field.is_empty() && !p.detail.is_empty();
                 assert!(
-                    !p.tier.is_empty() && field_named && !p.rule.is_empty(),
-                    "a problem with an empty part: {p:?} in {text:?}"
+                    (located && !p.to_string().is_empty()) || document,
+                    "a problem naming neither an entry, a field nor a rule: {p:?} in {text:?}"
                 );
             }
         }
@@ -481,9 +484,9 @@ impl Defect {
     /// The field the problem names.
     fn field(&self) -> &str {
         match self {
-            Defect::Name(..) | Defect::NoName => "name",
-            Defect::Priority(_) | Defect::NoPriority => "priority",
-            Defect::Description(_) => "description",
+            Defect::Name(..) | Defect::NoName => "metadata.name",
+            Defect::Priority(_) | Defect::NoPriority => "spec.priority",
+            Defect::Description(_) => "spec.description",
             Defect::Unknown(k) if k == "~" => "null",
             Defect::Unknown(k) => k,
         }
@@ -540,14 +543,16 @@ proptest! {
         defect.apply(&mut entries[at]);
         let text = file(entries, block);
         let problems = check(&text).unwrap_err();
-        // The label is the name when it is still a usable string, else the position.
+        // The name shown is the entry's name when it is still a usable string, else none.
         let label = match &defect {
             Defect::Name(_, Some(label)) => (*label).to_owned(),
-            Defect::Name(_, None) | Defect::NoName => format!("#{at}"),
+            Defect::Name(_, None) | Defect::NoName => String::new(),
             _ => tiers[at].name.clone(),
         };
         prop_assert!(
-            problems.iter().any(|p| p.tier == label && p.field == defect.field()),
+            problems
+                .iter()
+                .any(|p| p.index == Some(at) && p.tier == label && p.field == defect.field()),
             "{:?} not reported on {} {}: {:?} in\n{}",
             defect,
             label,
@@ -573,9 +578,9 @@ proptest! {
         };
         let problems = check(&text).unwrap_err();
         if kind < 2 && depth > 32 {
-            prop_assert!(problems[0].rule.contains("nested deeper than 32"), "{:?}", problems);
+            prop_assert!(problems[0].detail.contains("nested deeper than 32"), "{:?}", problems);
         } else if depth > 130 {
-            let rule = &problems[0].rule;
+            let rule = &problems[0].detail;
             let refused = rule.contains("recursion limit exceeded") || rule.contains("at most");
             prop_assert!(refused, "{:?}", problems);
         }
@@ -608,7 +613,7 @@ fn alias_bombs_are_refused_quickly() {
             );
             if levels >= 5 {
                 assert!(
-                    problems[0].rule.contains("repetition limit exceeded"),
+                    problems[0].detail.contains("repetition limit exceeded"),
                     "{problems:?}"
                 );
             }
@@ -641,7 +646,7 @@ fn assert_priority_problem(priority: &str) {
     assert_eq!(problems.len(), 1, "{priority}: {problems:?}");
     assert_eq!(
         (problems[0].tier.as_str(), problems[0].field.as_str()),
-        ("a", "priority"),
+        ("a", "spec.priority"),
         "{priority}: {problems:?}"
     );
 }
@@ -679,7 +684,11 @@ fn aliased_tiers_are_duplicates() {
     // Aliases of a whole Tier and of a merged mapping: the same Tier twice is a duplicate.
     let problems = check("x: &t {name: a, priority: 1}\ntiers: [*t, *t]\n").unwrap_err();
     let fields: BTreeSet<&str> = problems.iter().map(|p| p.field.as_str()).collect();
-    assert!(fields.contains("x") && fields.contains("name") && fields.contains("priority"));
+    assert!(
+        fields.contains("x")
+            && fields.contains("metadata.name")
+            && fields.contains("spec.priority")
+    );
 }
 
 /// Found by the `tiers_file` fuzz target: an empty key yields a problem whose field is empty.

@@ -38,5 +38,7 @@ pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide
 pub use ports::{Clock, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};
-pub use spec::{DesiredSet, Rule, TierSpec, ValidationError, ValidationRules, Violation};
+pub use spec::{
+    DesiredSet, ErrorType, Rule, TierSpec, ValidationError, ValidationRules, Violation,
+};
 pub use status::{DriverStopped, Status, StatusHandle};

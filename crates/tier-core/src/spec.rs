@@ -4,6 +4,10 @@
 //! [`ValidationRules`] and reports every violation at once. [`DesiredSet::antrea`] is Antrea's six
 //! system Tiers.
 //!
+//! Violations speak Kubernetes' field-error language (`k8s.io/apimachinery`'s `field.Error`):
+//! the Tier's position and name, the field path, the kind of error, the offending value and the
+//! rule, one line each:
+//!
 //! ```
 //! use tier_core::{DesiredSet, TierSpec, ValidationRules};
 //!
@@ -12,7 +16,17 @@
 //!     &ValidationRules::default(),
 //! )
 //! .unwrap_err();
-//! assert_eq!(err.violations().len(), 3);
+//! let lines: Vec<String> = err.violations().iter().map(ToString::to_string).collect();
+//! assert_eq!(
+//!     lines,
+//!     [
+//!         "tiers[0] (Bad_Name): metadata.name: Invalid value: \"Bad_Name\": must be a lowercase \
+//!          RFC 1123 subdomain: each label must start and end with a lowercase letter or a digit",
+//!         "tiers[0] (Bad_Name): spec.priority: Invalid value: 300: must be less than or equal to 255",
+//!         "tiers[1] (dup): spec.priority: Invalid value: 251: is reserved; choose another priority",
+//!     ]
+//! );
+//! assert!(DesiredSet::new(vec![], &ValidationRules::default()).is_err());
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,21 +85,71 @@ impl Default for ValidationRules {
     }
 }
 
-/// Which rule a desired Tier breaks.
+/// The kind of a field error, as Kubernetes' `field.ErrorType` names it
+/// (`k8s.io/apimachinery/pkg/util/validation/field`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorType {
+    /// `Invalid value`: the value is malformed or out of range.
+    Invalid,
+    /// `Duplicate value`: the value must be unique and is not.
+    Duplicate,
+    /// `Required value`: the field is missing or empty.
+    Required,
+    /// `Unsupported value`: the value is not one of the supported ones.
+    Unsupported,
+    /// `Too many`: a list holds more than it may.
+    TooMany,
+    /// `Forbidden`: the field may not be set (for example an unknown field).
+    Forbidden,
+}
+
+impl ErrorType {
+    /// The words Kubernetes prints for this kind, e.g. `Invalid value`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::Invalid => "Invalid value",
+            ErrorType::Duplicate => "Duplicate value",
+            ErrorType::Required => "Required value",
+            ErrorType::Unsupported => "Unsupported value",
+            ErrorType::TooMany => "Too many",
+            ErrorType::Forbidden => "Forbidden",
+        }
+    }
+}
+
+impl fmt::Display for ErrorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which rule a desired Tier (or the set) breaks. Its `Display` is the rule's detail, the text
+/// after the offending value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Rule {
-    /// The name is not a DNS-1123 subdomain.
+    /// The set holds no Tier.
+    Empty,
+    /// The name is empty.
+    NameRequired,
+    /// The name is not a DNS-1123 subdomain; says why.
     InvalidName(String),
-    /// The priority is outside 0..=255.
-    PriorityOutOfRange,
+    /// The priority is above [`MAX_PRIORITY`].
+    PriorityTooHigh,
+    /// The priority is below 0.
+    PriorityNegative,
     /// The priority is in the reserved set.
     ReservedPriority,
-    /// Another desired Tier has the same name.
-    DuplicateName,
-    /// Another desired Tier has the same priority.
+    /// An earlier desired Tier has the same name.
+    DuplicateName {
+        /// The position of the earlier Tier.
+        first: usize,
+    },
+    /// An earlier desired Tier has the same priority.
     DuplicatePriority {
         /// The name of the Tier that already holds the priority.
         holder: String,
+        /// Its position.
+        first: usize,
     },
     /// The set uses more distinct priorities than the cluster supports.
     TooManyPriorities {
@@ -96,44 +160,86 @@ pub enum Rule {
     },
 }
 
-/// One broken rule: which Tier (by name, or by position when the name is empty), which field.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Violation {
-    /// The Tier's name, or `#<index>` when it has none.
-    pub tier: String,
-    /// The offending field: `name`, `priority` or `tiers` for set-wide rules.
-    pub field: &'static str,
-    /// The rule that is broken.
-    pub rule: Rule,
+impl Rule {
+    /// The Kubernetes kind of error this rule reports.
+    pub fn error_type(&self) -> ErrorType {
+        match self {
+            Rule::Empty | Rule::NameRequired => ErrorType::Required,
+            Rule::InvalidName(_)
+            | Rule::PriorityTooHigh
+            | Rule::PriorityNegative
+            | Rule::ReservedPriority => ErrorType::Invalid,
+            Rule::DuplicateName { .. } | Rule::DuplicatePriority { .. } => ErrorType::Duplicate,
+            Rule::TooManyPriorities { .. } => ErrorType::TooMany,
+        }
+    }
 }
 
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Rule::InvalidName(why) => write!(f, "not a DNS-1123 subdomain: {why}"),
-            Rule::PriorityOutOfRange => write!(f, "must be between 0 and {MAX_PRIORITY}"),
+            Rule::Empty => write!(f, "at least one Tier is required"),
+            Rule::NameRequired => write!(f, "name is required"),
+            Rule::InvalidName(why) => write!(f, "must be a lowercase RFC 1123 subdomain: {why}"),
+            Rule::PriorityTooHigh => write!(f, "must be less than or equal to {MAX_PRIORITY}"),
+            Rule::PriorityNegative => write!(f, "must be greater than or equal to 0"),
             Rule::ReservedPriority => write!(f, "is reserved; choose another priority"),
-            Rule::DuplicateName => write!(f, "name appears more than once"),
-            Rule::DuplicatePriority { holder } => {
-                write!(f, "priority is already used by tier {holder:?}")
+            Rule::DuplicateName { first } => write!(f, "already used by tiers[{first}]"),
+            Rule::DuplicatePriority { holder, first } => {
+                write!(f, "already used by tiers[{first}] ({holder})")
             }
-            Rule::TooManyPriorities { count, max } => {
-                write!(
-                    f,
-                    "{count} distinct priorities, at most {max} are supported"
-                )
+            Rule::TooManyPriorities { max, .. } => {
+                write!(f, "must have at most {max} distinct priorities")
             }
         }
     }
 }
 
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tier {:?}: {}: {}", self.tier, self.field, self.rule)
+/// One broken rule, in Kubernetes' field-error form: which Tier (position and name), which
+/// field (a path in the Tier object, e.g. `spec.priority`), the offending value and the rule.
+///
+/// Displays as `tiers[1] (networkops): spec.priority: Invalid value: 300: must be less than or
+/// equal to 255`; a rule over the whole set as `tiers: Too many: 21: must have at most 20
+/// distinct priorities`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Violation {
+    /// The Tier's position in the input; `None` for a rule over the whole set.
+    pub index: Option<usize>,
+    /// The Tier's name (empty when it has none, or for a rule over the whole set).
+    pub tier: String,
+    /// The offending field: `metadata.name`, `spec.priority`, or `tiers` for the whole set.
+    pub field: &'static str,
+    /// The offending value as Kubernetes prints it (strings quoted, numbers bare), if any.
+    pub value: Option<String>,
+    /// The rule that is broken.
+    pub rule: Rule,
+}
+
+impl Violation {
+    /// The Kubernetes kind of this error.
+    pub fn error_type(&self) -> ErrorType {
+        self.rule.error_type()
     }
 }
 
-/// A desired set that breaks one or more rules; lists every violation.
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(index) = self.index {
+            write!(f, "tiers[{index}]")?;
+            if !self.tier.is_empty() {
+                write!(f, " ({})", self.tier)?;
+            }
+            f.write_str(": ")?;
+        }
+        write!(f, "{}: {}", self.field, self.error_type())?;
+        if let Some(value) = &self.value {
+            write!(f, ": {value}")?;
+        }
+        write!(f, ": {}", self.rule)
+    }
+}
+
+/// A desired set that breaks one or more rules; lists every violation, one per line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid desired Tier set ({} problem(s)):{}", .violations.len(), list(.violations))]
 pub struct ValidationError {
@@ -152,6 +258,8 @@ impl ValidationError {
 }
 
 /// A validated, non-empty set of desired Tiers, ordered as given.
+///
+/// Validation ([`DesiredSet::new`]) refuses an empty list ([`Rule::Empty`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DesiredSet {
     tiers: Vec<TierSpec>,
@@ -235,48 +343,70 @@ const ANTREA_TIERS: [(&str, i64, &str); 6] = [
 
 fn violations(tiers: &[TierSpec], rules: &ValidationRules) -> Vec<Violation> {
     let mut out = Vec::new();
-    let mut names: BTreeSet<&str> = BTreeSet::new();
-    let mut priorities: BTreeMap<i64, &str> = BTreeMap::new();
+    if tiers.is_empty() {
+        out.push(Violation {
+            index: None,
+            tier: String::new(),
+            field: "tiers",
+            value: None,
+            rule: Rule::Empty,
+        });
+    }
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut priorities: BTreeMap<i64, (usize, &str)> = BTreeMap::new();
     for (index, tier) in tiers.iter().enumerate() {
-        let label = if tier.name.is_empty() {
-            format!("#{index}")
-        } else {
-            tier.name.clone()
-        };
-        let mut push = |field, rule| {
+        let mut push = |field, value: Option<String>, rule| {
             out.push(Violation {
-                tier: label.clone(),
+                index: Some(index),
+                tier: tier.name.clone(),
                 field,
+                value,
                 rule,
             })
         };
-        if let Err(why) = check_dns1123_subdomain(&tier.name) {
-            push("name", Rule::InvalidName(why));
+        let name = Some(format!("{:?}", tier.name));
+        let priority = Some(tier.priority.to_string());
+        if tier.name.is_empty() {
+            push("metadata.name", None, Rule::NameRequired);
+        } else if let Err(why) = check_dns1123_subdomain(&tier.name) {
+            push("metadata.name", name.clone(), Rule::InvalidName(why));
         }
-        if !names.insert(&tier.name) && !tier.name.is_empty() {
-            push("name", Rule::DuplicateName);
+        match names.get(tier.name.as_str()) {
+            Some(&first) if !tier.name.is_empty() => {
+                push("metadata.name", name, Rule::DuplicateName { first });
+            }
+            Some(_) => {}
+            None => {
+                names.insert(&tier.name, index);
+            }
         }
-        if !(0..=MAX_PRIORITY).contains(&tier.priority) {
-            push("priority", Rule::PriorityOutOfRange);
+        if tier.priority > MAX_PRIORITY {
+            push("spec.priority", priority.clone(), Rule::PriorityTooHigh);
+        } else if tier.priority < 0 {
+            push("spec.priority", priority.clone(), Rule::PriorityNegative);
         } else if rules.reserved_priorities.contains(&tier.priority) {
-            push("priority", Rule::ReservedPriority);
+            push("spec.priority", priority.clone(), Rule::ReservedPriority);
         }
         match priorities.get(&tier.priority) {
-            Some(holder) => push(
-                "priority",
+            Some(&(first, holder)) => push(
+                "spec.priority",
+                priority,
                 Rule::DuplicatePriority {
-                    holder: (*holder).to_owned(),
+                    holder: holder.to_owned(),
+                    first,
                 },
             ),
             None => {
-                priorities.insert(tier.priority, &tier.name);
+                priorities.insert(tier.priority, (index, &tier.name));
             }
         }
     }
     if priorities.len() > rules.max_distinct_priorities {
         out.push(Violation {
-            tier: "*".to_owned(),
+            index: None,
+            tier: String::new(),
             field: "tiers",
+            value: Some(priorities.len().to_string()),
             rule: Rule::TooManyPriorities {
                 count: priorities.len(),
                 max: rules.max_distinct_priorities,
@@ -349,8 +479,12 @@ mod tests {
         );
     }
 
+    fn lines(err: &ValidationError) -> Vec<String> {
+        err.violations().iter().map(ToString::to_string).collect()
+    }
+
     #[test]
-    fn reports_every_violation_with_tier_and_rule() {
+    fn reports_every_violation_as_a_kubernetes_field_error() {
         let err = set(vec![
             TierSpec::new("ok", 10, ""),
             TierSpec::new("Upper", 11, ""),
@@ -359,35 +493,49 @@ mod tests {
             TierSpec::new("reserved", 254, ""),
             TierSpec::new("twin", 10, ""),
             TierSpec::new("", 13, ""),
+            TierSpec::new("neg", -1, ""),
         ])
         .unwrap_err();
-        let got: Vec<(&str, &str, &Rule)> = err
-            .violations()
-            .iter()
-            .map(|v| (v.tier.as_str(), v.field, &v.rule))
-            .collect();
-        assert_eq!(got.len(), 6, "{err}");
-        assert!(matches!(got[0], ("Upper", "name", Rule::InvalidName(_))));
-        assert_eq!(got[1], ("ok", "name", &Rule::DuplicateName));
-        assert_eq!(got[2], ("big", "priority", &Rule::PriorityOutOfRange));
-        assert_eq!(got[3], ("reserved", "priority", &Rule::ReservedPriority));
         assert_eq!(
-            got[4],
-            (
-                "twin",
-                "priority",
-                &Rule::DuplicatePriority {
-                    holder: "ok".into()
-                }
-            )
+            lines(&err),
+            [
+                "tiers[1] (Upper): metadata.name: Invalid value: \"Upper\": must be a lowercase \
+                 RFC 1123 subdomain: each label must start and end with a lowercase letter or a digit",
+                "tiers[2] (ok): metadata.name: Duplicate value: \"ok\": already used by tiers[0]",
+                "tiers[3] (big): spec.priority: Invalid value: 256: must be less than or equal to 255",
+                "tiers[4] (reserved): spec.priority: Invalid value: 254: is reserved; choose another \
+                 priority",
+                "tiers[5] (twin): spec.priority: Duplicate value: 10: already used by tiers[0] (ok)",
+                "tiers[6]: metadata.name: Required value: name is required",
+                "tiers[7] (neg): spec.priority: Invalid value: -1: must be greater than or equal to 0",
+            ]
         );
-        assert!(matches!(got[5], ("#6", "name", Rule::InvalidName(_))));
+        // The list stays structured for embedders.
+        let v = &err.violations()[4];
+        assert_eq!(
+            (v.index, v.tier.as_str(), v.field, v.value.as_deref()),
+            (Some(5), "twin", "spec.priority", Some("10"))
+        );
+        assert_eq!(v.error_type(), ErrorType::Duplicate);
+        assert_eq!(
+            v.rule,
+            Rule::DuplicatePriority {
+                holder: "ok".into(),
+                first: 0
+            }
+        );
         let text = err.to_string();
-        assert!(text.contains("6 problem(s)"), "{text}");
-        assert!(
-            text.contains("tier \"reserved\": priority: is reserved"),
-            "{text}"
+        assert!(text.starts_with("invalid desired Tier set (7 problem(s)):\n  - tiers[1] (Upper)"));
+    }
+
+    #[test]
+    fn an_empty_set_is_refused() {
+        let err = set(vec![]).unwrap_err();
+        assert_eq!(
+            lines(&err),
+            ["tiers: Required value: at least one Tier is required"]
         );
+        assert_eq!(err.violations()[0].rule, Rule::Empty);
     }
 
     #[test]
@@ -402,6 +550,10 @@ mod tests {
         assert_eq!(
             err.violations()[0].rule,
             Rule::TooManyPriorities { count: 21, max: 20 }
+        );
+        assert_eq!(
+            lines(&err),
+            ["tiers: Too many: 21: must have at most 20 distinct priorities"]
         );
     }
 

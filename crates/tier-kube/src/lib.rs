@@ -8,6 +8,8 @@
 //!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
 //! - [`classify`]: `kube::Error` and HTTP answers to the core's
 //!   [`WriteError`](tier_core::WriteError) classes, with `Retry-After`.
+//! - [`explain`]: watch and client failures in words (HTTP code, reason, message, network
+//!   cause, what to do), as the lister keeps its last error.
 //! - [`events`]: Kubernetes Events for created, corrected, blocked and contested Tiers.
 //! - [`client`]: building a [`kube::Client`] from a kubeconfig, a context or the in-cluster
 //!   service account, with kube's own retry layer off.
@@ -30,6 +32,7 @@ pub mod classify;
 pub mod client;
 pub mod crd;
 pub mod events;
+pub mod explain;
 pub mod lister;
 pub mod writer;
 

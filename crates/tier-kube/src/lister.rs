@@ -65,7 +65,7 @@ pub struct WatchStats {
     pub lists: u64,
     /// Errors the watch stream reported (failed lists, failed or expired watches).
     pub errors: u64,
-    /// The most recent of those errors, if any.
+    /// The most recent of those errors, if any, in words ([`crate::explain::watch_error`]).
     pub last_error: Option<String>,
 }
 
@@ -198,10 +198,11 @@ async fn drive<S>(
                 }
             }
             Err(error) => {
+                let error = crate::explain::watch_error(&error);
                 tracing::warn!(%error, "Tier watch failed; retrying with backoff");
                 let mut stats = lock(&stats);
                 stats.errors += 1;
-                stats.last_error = Some(error.to_string());
+                stats.last_error = Some(error);
             }
         }
     }

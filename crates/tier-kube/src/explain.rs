@@ -1,0 +1,156 @@
+//! Watch and client failures in words, for people: what failed, the answer the API server gave
+//! (HTTP code, reason, message) or the network error underneath, and what to do about it.
+//!
+//! kube's own `Display` of an API error embeds the Rust `Debug` of the `Status`, and that of a
+//! connection failure stops at "client error (Connect)", hiding "connection refused" in the
+//! source chain. [`watch_error`] is what the [`KubeLister`](crate::KubeLister) keeps as its last
+//! error and what `tierd` prints when the Tier cache does not sync.
+//!
+//! ```
+//! use kube::core::Status;
+//! use kube::runtime::watcher;
+//!
+//! let forbidden = Status::failure("tiers.crd.antrea.io is forbidden", "Forbidden").with_code(403);
+//! let error = watcher::Error::InitialListFailed(kube::Error::Api(forbidden.boxed()));
+//! assert_eq!(
+//!     tier_kube::explain::watch_error(&error),
+//!     "listing Tiers failed: 403 Forbidden: tiers.crd.antrea.io is forbidden; grant tierd's \
+//!      user get, list and watch on tiers.crd.antrea.io (see deploy/rbac.yaml)"
+//! );
+//! ```
+
+use std::error::Error as StdError;
+use std::io;
+
+use kube::core::Status;
+use kube::runtime::watcher;
+
+/// A watcher failure in words: the step that failed and why.
+pub fn watch_error(error: &watcher::Error) -> String {
+    let (step, error) = match error {
+        watcher::Error::InitialListFailed(e) => ("listing Tiers", e),
+        watcher::Error::WatchStartFailed(e) => ("starting the Tier watch", e),
+        watcher::Error::WatchFailed(e) => ("watching Tiers", e),
+        watcher::Error::WatchError(status) => {
+            return format!("the Tier watch failed: {}", status_words(status));
+        }
+        watcher::Error::NoResourceVersion => {
+            return "the API server answered a Tier list without a resourceVersion; is \
+                    tiers.crd.antrea.io served by a real API server?"
+                .to_owned();
+        }
+    };
+    format!("{step} failed: {}", client_error(error))
+}
+
+/// A kube client failure in words: the API server's answer, or the network error underneath.
+pub fn client_error(error: &kube::Error) -> String {
+    if let kube::Error::Api(status) = error {
+        return status_words(status);
+    }
+    // kube's wrappers (`ServiceError: ...`) repeat their source: keep the distinct causes.
+    let mut causes: Vec<String> = Vec::new();
+    let mut io_kind = None;
+    let mut next: Option<&(dyn StdError + 'static)> = error.source();
+    while let Some(cause) = next {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            io_kind = Some(io.kind());
+        }
+        let text = cause.to_string();
+        if !causes.iter().any(|c| c.contains(&text)) {
+            causes.push(text);
+        }
+        next = cause.source();
+    }
+    let words = match io_kind {
+        Some(io::ErrorKind::ConnectionRefused) => {
+            Some("connection refused: is the API server running, and is the address right?")
+        }
+        Some(io::ErrorKind::TimedOut) => Some("connection timed out: is the API server reachable?"),
+        Some(io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted) => {
+            Some("the connection was reset by the API server or a proxy")
+        }
+        _ => None,
+    };
+    match (words, causes.last()) {
+        (Some(words), _) => words.to_owned(),
+        (None, Some(_)) => causes.join(": "),
+        (None, None) => error.to_string(),
+    }
+}
+
+/// An API `Status` in words: `403 Forbidden: <message>; <what to do>`.
+pub fn status_words(status: &Status) -> String {
+    let reason = if status.reason.is_empty() {
+        "Failure"
+    } else {
+        &status.reason
+    };
+    let hint = match (status.code, status.reason.as_str()) {
+        (403, _) | (_, "Forbidden") => {
+            "; grant tierd's user get, list and watch on tiers.crd.antrea.io (see deploy/rbac.yaml)"
+        }
+        (401, _) | (_, "Unauthorized") => "; check the kubeconfig's credentials or token",
+        (404, _) | (_, "NotFound") => {
+            "; the Tier CRD (tiers.crd.antrea.io) is not installed: install Antrea, or run \
+             `tierd crd | kubectl apply -f -`"
+        }
+        _ => "",
+    };
+    let message = if status.message.is_empty() {
+        "no message"
+    } else {
+        &status.message
+    };
+    format!("{} {reason}: {message}{hint}", status.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_crd_is_named() {
+        let status = Status::failure(
+            "the server could not find the requested resource",
+            "NotFound",
+        )
+        .with_code(404);
+        let error = watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()));
+        assert_eq!(
+            watch_error(&error),
+            "listing Tiers failed: 404 NotFound: the server could not find the requested \
+             resource; the Tier CRD (tiers.crd.antrea.io) is not installed: install Antrea, or \
+             run `tierd crd | kubectl apply -f -`"
+        );
+    }
+
+    #[test]
+    fn a_watch_error_keeps_the_server_message_without_debug() {
+        let status = Status::failure("too old resource version: 1 (5)", "Expired").with_code(410);
+        let text = watch_error(&watcher::Error::WatchError(status.boxed()));
+        assert_eq!(
+            text,
+            "the Tier watch failed: 410 Expired: too old resource version: 1 (5)"
+        );
+        assert!(!text.contains("Status {"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn connection_refused_is_said_in_words() {
+        // A port nothing listens on: bind, note the address, close.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let api: kube::Api<crate::Tier> = kube::Api::all(client);
+        let error = api.list(&Default::default()).await.unwrap_err();
+        let text = watch_error(&watcher::Error::InitialListFailed(error));
+        assert_eq!(
+            text,
+            "listing Tiers failed: connection refused: is the API server running, and is the \
+             address right?"
+        );
+    }
+}
