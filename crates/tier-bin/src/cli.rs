@@ -137,6 +137,52 @@ pub struct RunArgs {
     /// needs its own webhook would never become ready.
     #[arg(long)]
     pub ready_requires_tiers: bool,
+
+    /// Self-signed serving certificate, as antrea-controller's.
+    #[command(flatten)]
+    pub self_signed: SelfSignedArgs,
+}
+
+/// `--self-signed-cert` and its names: tierd signs its own webhook certificate.
+#[derive(Clone, Debug, Args)]
+pub struct SelfSignedArgs {
+    /// Sign the serving certificate itself: a CA and a certificate for the Service, kept in a
+    /// Secret (created once, renewed before expiry) and written to --tls-cert/--tls-key; with
+    /// --webhook-configuration, keep that configuration's caBundle equal to the CA.
+    #[arg(long, env = "TIERD_SELF_SIGNED_CERT", requires_all = ["tls_cert", "tls_key"])]
+    pub self_signed_cert: bool,
+
+    /// The Secret holding the CA and the serving certificate, in --self-signed-cert-namespace.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "tierd-self-signed-cert",
+        env = "TIERD_SELF_SIGNED_CERT_SECRET"
+    )]
+    pub self_signed_cert_secret: String,
+
+    /// The Service the webhook is reached through: the certificate is for NAME.NAMESPACE.svc.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "tierd",
+        env = "TIERD_SELF_SIGNED_CERT_SERVICE"
+    )]
+    pub self_signed_cert_service: String,
+
+    /// tierd's namespace (the Secret's and the Service's).
+    #[arg(
+        long = "self-signed-cert-namespace",
+        value_name = "NAMESPACE",
+        default_value = "kube-system",
+        env = "POD_NAMESPACE"
+    )]
+    pub namespace: String,
+
+    /// The ValidatingWebhookConfiguration whose caBundle tierd keeps equal to its CA (with
+    /// --self-signed-cert); empty or absent: none.
+    #[arg(long, value_name = "NAME", env = "TIERD_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
 }
 
 /// Flags of `tierd ensure`.
