@@ -348,7 +348,10 @@ mod tests {
             &["schema", "openAPIV3Schema", "required"],
         )
         .clone();
-        assert!(top.is_null(), "Antrea's CRD requires nothing at the top: {top:?}");
+        assert!(
+            top.is_null(),
+            "Antrea's CRD requires nothing at the top: {top:?}"
+        );
     }
 
     #[test]

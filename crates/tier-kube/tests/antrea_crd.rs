@@ -56,8 +56,8 @@ fn the_rendered_yaml_parses_back_to_the_same_crd() {
     let mut out = Vec::new();
     differences("", &yaml, &antrea(), &mut out);
     assert!(out.is_empty(), "differences:\n{}", out.join("\n"));
-    let bounds = &yaml["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        ["properties"]["priority"];
+    let bounds = &yaml["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["priority"];
     assert!(bounds["maximum"].is_u64(), "integer bound: {bounds}");
 }
 
@@ -71,6 +71,8 @@ fn the_comparison_sees_a_difference() {
     differences("", &ours, &antrea(), &mut out);
     assert_eq!(
         out,
-        [".spec.versions[0].schema.openAPIV3Schema.required: tierd has [\"spec\"], Antrea has null"]
+        [
+            ".spec.versions[0].schema.openAPIV3Schema.required: tierd has [\"spec\"], Antrea has null"
+        ]
     );
 }
