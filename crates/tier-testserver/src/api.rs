@@ -231,6 +231,12 @@ async fn dispatch(
                 Ok(body) => body,
                 Err(e) => return respond(&e),
             };
+            // Faults before serving apply here too (by verb and name); lost responses do not.
+            let fault = shared.faults.take(verb, name.as_deref());
+            record.fault = fault.as_ref().map(FaultAction::kind);
+            if let Some(outcome) = before_serving(fault.as_ref()).await {
+                return outcome;
+            }
             let content_type = media_type(&parts.headers);
             let request = ObjectRequest {
                 kind,
@@ -302,21 +308,8 @@ async fn tiers_request(
     record.name.clone_from(&name);
     let fault = shared.faults.take(verb, name.as_deref());
     record.fault = fault.as_ref().map(FaultAction::kind);
-    match &fault {
-        Some(FaultAction::Status {
-            code,
-            reason,
-            message,
-            retry_after,
-        }) => {
-            let mut error = StatusError::new(*code, reason, message.clone());
-            error.retry_after = *retry_after;
-            return respond(&error);
-        }
-        Some(FaultAction::Drop) => return Outcome::Drop,
-        Some(FaultAction::Hang) => return Outcome::Hang,
-        Some(FaultAction::Delay(delay)) => tokio::time::sleep(*delay).await,
-        _ => {}
+    if let Some(outcome) = before_serving(fault.as_ref()).await {
+        return outcome;
     }
     let request = TierRequest {
         user,
@@ -333,6 +326,30 @@ async fn tiers_request(
         }) => respond(&StatusError::new(code, &reason, message)),
         Some(FaultAction::LoseResponseDrop) => Outcome::Drop,
         _ => Outcome::Respond(response),
+    }
+}
+
+/// Applies the part of `fault` that acts before the request is served: an answer instead of
+/// the server's (a Status, a dropped connection, no answer) or a delay.
+async fn before_serving(fault: Option<&FaultAction>) -> Option<Outcome> {
+    match fault {
+        Some(FaultAction::Status {
+            code,
+            reason,
+            message,
+            retry_after,
+        }) => {
+            let mut error = StatusError::new(*code, reason, message.clone());
+            error.retry_after = *retry_after;
+            Some(respond(&error))
+        }
+        Some(FaultAction::Drop) => Some(Outcome::Drop),
+        Some(FaultAction::Hang) => Some(Outcome::Hang),
+        Some(FaultAction::Delay(delay)) => {
+            tokio::time::sleep(*delay).await;
+            None
+        }
+        _ => None,
     }
 }
 

@@ -5,7 +5,8 @@
 //! GET (one or a list), POST (409 AlreadyExists when the name is taken: create-if-absent works
 //! as in kube-apiserver), PUT (404 NotFound when missing; 409 Conflict on a stale
 //! `metadata.resourceVersion`, unconditional without one), merge PATCH and DELETE. No watch, no
-//! schema validation. Objects share the store's resourceVersion counter and metadata rules
+//! schema validation. Faults that answer before serving (a Status, a drop, a hang, a delay)
+//! apply by verb and name as for Tiers. Objects share the store's resourceVersion counter and metadata rules
 //! (uid, creationTimestamp, resourceVersion set by the server), and tests read and seed them
 //! through [`Store::object`], [`Store::objects`] and [`Store::put_object`].
 
