@@ -140,7 +140,7 @@ pub struct RunArgs {
 
     /// Self-signed serving certificate, as antrea-controller's.
     #[command(flatten)]
-    pub self_signed: SelfSignedArgs,
+    pub self_signed: Box<SelfSignedArgs>,
 }
 
 /// `--self-signed-cert` and its names: tierd signs its own webhook certificate.
