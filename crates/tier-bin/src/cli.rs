@@ -149,7 +149,11 @@ pub struct SelfSignedArgs {
     /// Sign the serving certificate itself: a CA and a certificate for the Service, kept in a
     /// Secret (created once, renewed before expiry) and written to --tls-cert/--tls-key; with
     /// --webhook-configuration, keep that configuration's caBundle equal to the CA.
-    #[arg(long, env = "TIERD_SELF_SIGNED_CERT", requires_all = ["tls_cert", "tls_key"])]
+    #[arg(
+        long,
+        env = "TIERD_SELF_SIGNED_CERT",
+        requires_ifs = [("true", "tls_cert"), ("true", "tls_key")]
+    )]
     pub self_signed_cert: bool,
 
     /// The Secret holding the CA and the serving certificate, in --self-signed-cert-namespace.
@@ -238,5 +242,28 @@ mod tests {
         assert_eq!(args.cluster.call_timeout, Duration::from_secs(10));
         assert!(Cli::try_parse_from(["tierd", "run", "--in-cluster", "--context", "x"]).is_err());
         assert!(Cli::try_parse_from(["tierd", "run", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    #[test]
+    fn self_signed_cert_needs_the_files_it_writes() {
+        assert!(Cli::try_parse_from(["tierd", "run", "--self-signed-cert"]).is_err());
+        let cli = Cli::try_parse_from([
+            "tierd",
+            "run",
+            "--self-signed-cert",
+            "--tls-cert=/t/tls.crt",
+            "--tls-key=/t/tls.key",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert!(args.self_signed.self_signed_cert);
+        assert_eq!(
+            args.self_signed.self_signed_cert_secret,
+            "tierd-self-signed-cert"
+        );
+        assert_eq!(args.self_signed.self_signed_cert_service, "tierd");
+        assert_eq!(args.self_signed.webhook_configuration, None);
     }
 }
