@@ -129,8 +129,8 @@ pub enum CertError {
         #[source]
         source: kube::Error,
     },
-    /// Other replicas kept changing the Secret while this one tried to settle it.
-    #[error("the Secret {0} kept changing under tierd; retrying on the next round")]
+    /// Other replicas kept changing the object while this one tried to settle it.
+    #[error("{0} kept changing under tierd; retrying on the next round")]
     Contended(String),
     /// rcgen could not generate or sign a certificate.
     #[error("cannot generate a certificate (a bug, please report it): {0}")]
@@ -502,12 +502,13 @@ pub async fn write_files(bundle: &CertBundle, cert: &Path, key: &Path) -> Result
 }
 
 /// Sets the `caBundle` of every webhook in the ValidatingWebhookConfiguration `name` to
-/// `ca_pem`, with one update on the resourceVersion read when any differs; whether it updated.
+/// `ca_pem`, with an update on the resourceVersion read when any differs; whether it updated.
+/// A 409 Conflict (another replica or actor wrote in between) reads it again.
 ///
 /// # Errors
 ///
-/// [`CertError::Api`] when the configuration cannot be read or updated (a 409 Conflict is an
-/// error too: the next round reads it again).
+/// [`CertError::Api`] when the configuration cannot be read or updated,
+/// [`CertError::Contended`] when it changed under every attempt.
 pub async fn ensure_ca_bundle(
     client: &Client,
     name: &str,
@@ -515,30 +516,37 @@ pub async fn ensure_ca_bundle(
 ) -> Result<bool, CertError> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let object = format!("ValidatingWebhookConfiguration {name}");
-    let mut configuration = api.get(name).await.map_err(|source| CertError::Api {
-        verb: "get",
+    let api_error = |verb, source| CertError::Api {
+        verb,
         object: object.clone(),
         source,
-    })?;
+    };
     let wanted = ByteString(ca_pem.as_bytes().to_vec());
-    let mut changed = false;
-    for webhook in configuration.webhooks.iter_mut().flatten() {
-        if webhook.client_config.ca_bundle.as_ref() != Some(&wanted) {
-            webhook.client_config.ca_bundle = Some(wanted.clone());
-            changed = true;
+    for _ in 0..ATTEMPTS {
+        let mut configuration = api.get(name).await.map_err(|e| api_error("get", e))?;
+        let mut changed = false;
+        for webhook in configuration.webhooks.iter_mut().flatten() {
+            if webhook.client_config.ca_bundle.as_ref() != Some(&wanted) {
+                webhook.client_config.ca_bundle = Some(wanted.clone());
+                changed = true;
+            }
+        }
+        if !changed {
+            return Ok(false);
+        }
+        match api
+            .replace(name, &PostParams::default(), &configuration)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(configuration = %name, "caBundle set to the self-signed CA");
+                return Ok(true);
+            }
+            Err(e) if is_status(&e, 409) => {}
+            Err(e) => return Err(api_error("update", e)),
         }
     }
-    if changed {
-        api.replace(name, &PostParams::default(), &configuration)
-            .await
-            .map_err(|source| CertError::Api {
-                verb: "update",
-                object,
-                source,
-            })?;
-        tracing::info!(configuration = %name, "caBundle set to the self-signed CA");
-    }
-    Ok(changed)
+    Err(CertError::Contended(object))
 }
 
 /// One round: the Secret, the files, the `caBundle`; see the [module docs](self).

@@ -223,3 +223,34 @@ async fn a_corrupt_secret_is_replaced_and_a_missing_configuration_is_named() {
     );
     assert!(message.contains("RBAC"), "{message}");
 }
+
+#[tokio::test]
+async fn replicas_setting_the_ca_bundle_at_once_both_succeed() {
+    let harness = common::start(ServerConfig::default()).await;
+    harness
+        .server
+        .store()
+        .put_object(
+            ObjectKind::ValidatingWebhookConfiguration,
+            "",
+            webhook_configuration(),
+        )
+        .unwrap();
+    let ca = certs::generate(&config(), SystemTime::now())
+        .unwrap()
+        .ca_crt;
+    let (a, b) = tokio::join!(
+        certs::ensure_ca_bundle(&harness.client, "tierd", &ca),
+        certs::ensure_ca_bundle(&harness.client, "tierd", &ca),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a ^ b, "exactly one of them wrote: {a} {b}");
+    let conflicts = harness
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.code == Some(409))
+        .count();
+    assert_eq!(conflicts, 1, "the loser met a Conflict and read again");
+}
