@@ -160,6 +160,56 @@ pub struct RunArgs {
     /// needs its own webhook would never become ready.
     #[arg(long)]
     pub ready_requires_tiers: bool,
+
+    /// Self-signed serving certificate, as antrea-controller's.
+    #[command(flatten)]
+    pub self_signed: Box<SelfSignedArgs>,
+}
+
+/// `--self-signed-cert` and its names: tierd signs its own webhook certificate.
+#[derive(Clone, Debug, Args)]
+pub struct SelfSignedArgs {
+    /// Sign the serving certificate itself: a CA and a certificate for the Service, kept in a
+    /// Secret (created once, renewed before expiry) and written to --tls-cert/--tls-key; with
+    /// --webhook-configuration, keep that configuration's caBundle equal to the CA.
+    #[arg(
+        long,
+        env = "TIERD_SELF_SIGNED_CERT",
+        requires_ifs = [("true", "tls_cert"), ("true", "tls_key")]
+    )]
+    pub self_signed_cert: bool,
+
+    /// The Secret holding the CA and the serving certificate, in --self-signed-cert-namespace.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "tierd-self-signed-cert",
+        env = "TIERD_SELF_SIGNED_CERT_SECRET"
+    )]
+    pub self_signed_cert_secret: String,
+
+    /// The Service the webhook is reached through: the certificate is for NAME.NAMESPACE.svc.
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "tierd",
+        env = "TIERD_SELF_SIGNED_CERT_SERVICE"
+    )]
+    pub self_signed_cert_service: String,
+
+    /// tierd's namespace (the Secret's and the Service's).
+    #[arg(
+        long = "self-signed-cert-namespace",
+        value_name = "NAMESPACE",
+        default_value = "kube-system",
+        env = "POD_NAMESPACE"
+    )]
+    pub namespace: String,
+
+    /// The ValidatingWebhookConfiguration whose caBundle tierd keeps equal to its CA (with
+    /// --self-signed-cert); empty or absent: none.
+    #[arg(long, value_name = "NAME", env = "TIERD_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
 }
 
 /// Flags of `tierd ensure`.
@@ -258,5 +308,28 @@ mod tests {
         ] {
             assert!(help.contains(line), "{line:?} not in {help}");
         }
+    }
+
+    #[test]
+    fn self_signed_cert_needs_the_files_it_writes() {
+        assert!(Cli::try_parse_from(["tierd", "run", "--self-signed-cert"]).is_err());
+        let cli = Cli::try_parse_from([
+            "tierd",
+            "run",
+            "--self-signed-cert",
+            "--tls-cert=/t/tls.crt",
+            "--tls-key=/t/tls.key",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert!(args.self_signed.self_signed_cert);
+        assert_eq!(
+            args.self_signed.self_signed_cert_secret,
+            "tierd-self-signed-cert"
+        );
+        assert_eq!(args.self_signed.self_signed_cert_service, "tierd");
+        assert_eq!(args.self_signed.webhook_configuration, None);
     }
 }

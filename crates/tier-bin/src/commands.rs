@@ -60,6 +60,9 @@ pub enum CommandError {
     /// The TLS certificate or key could not be used (exit 2).
     #[error("cannot use the TLS certificate: {0}")]
     Tls(#[from] tier_server::tls::TlsError),
+    /// `--self-signed-cert`: the certificate could not be set up (exit 1).
+    #[error("cannot set up the self-signed certificate: {0}")]
+    Certs(#[from] tier_kube::certs::CertError),
     /// The HTTP server failed (exit 1).
     #[error("the HTTP server failed: {0}")]
     Serve(#[from] tier_server::server::ServeError),

@@ -2,19 +2,23 @@
 //!
 //! Order matters (see the two dependency loops in docs/ARCHITECTURE.md):
 //!
-//! 1. validate the input, bind the listener and serve at once: `/livez`, `/readyz`, `/metrics`
+//! 1. validate the input; with `--self-signed-cert`, settle the certificate Secret and write the
+//!    serving certificate files once (a Secret read or create never needs tierd's own webhook,
+//!    whose rules cover only Tiers, so this cannot deadlock); bind the listener and serve at once: `/livez`, `/readyz`, `/metrics`
 //!    and the webhook answer from the first moment, each handler gated only on the checks it
 //!    needs (the webhook on `tier-cache-synced`);
 //! 2. start the Tier cache and the driver in continuous mode;
 //! 3. on SIGTERM/SIGINT: readiness turns false at once, the driver stops (no write starts after
 //!    it), the server drains, and the process exits within about a second.
 
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, TierLister};
+use tier_kube::certs::{self, SelfSignedConfig};
 use tier_kube::{KubeLister, KubeWriter};
 use tier_server::readiness::{SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn};
 use tier_server::tls::{CertFiles, CertReloader};
@@ -28,6 +32,9 @@ use crate::signals;
 
 /// How often the TLS files are checked for a new certificate.
 const CERT_POLL: Duration = Duration::from_secs(10);
+
+/// How often `--self-signed-cert` checks the Secret, the files and the caBundle.
+const SELF_SIGNED_POLL: Duration = Duration::from_secs(60);
 
 /// The longest the server may take to finish requests in flight after a signal.
 const DRAIN_LIMIT: Duration = Duration::from_millis(800);
@@ -58,15 +65,49 @@ pub fn cache_synced(lister: KubeLister) -> impl Check {
     })
 }
 
+/// With `--self-signed-cert`: what to keep and the files to write the serving certificate to.
+pub fn self_signed(args: &RunArgs) -> Option<(SelfSignedConfig, PathBuf, PathBuf)> {
+    let flags = &args.self_signed;
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return None;
+    };
+    if !flags.self_signed_cert {
+        return None;
+    }
+    let mut config = SelfSignedConfig::new(
+        &flags.namespace,
+        &flags.self_signed_cert_secret,
+        &flags.self_signed_cert_service,
+    );
+    if let Some(name) = flags
+        .webhook_configuration
+        .as_ref()
+        .filter(|n| !n.is_empty())
+    {
+        config = config.webhook_configuration(name);
+    }
+    Some((config, cert.clone(), key.clone()))
+}
+
 /// Runs the daemon until a signal; see the module docs.
 pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let desired = commands::desired(&args.cluster)?;
+    let client = tier_kube::client::client(&commands::client_options(&args.cluster)).await?;
+    let self_signed = self_signed(args);
+    if let Some((config, cert, key)) = &self_signed {
+        let done = certs::reconcile(&client, config, cert, key, SystemTime::now()).await?;
+        tracing::info!(
+            secret = %format!("{}/{}", config.namespace, config.secret),
+            action = ?done.secret,
+            ca_bundle_updated = done.ca_bundle_updated,
+            "self-signed serving certificate in place"
+        );
+    }
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(CertReloader::load(CertFiles::new(cert, key)).await?),
         _ => None,
     };
     let listener = tier_server::server::bind(args.listen).await?;
-    let client = tier_kube::client::client(&commands::client_options(&args.cluster)).await?;
     let lister = KubeLister::start(client.clone())?;
     let writer = KubeWriter::new(client.clone(), commands::writer_config(&args.cluster))
         .with_store(lister.store());
@@ -85,6 +126,17 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     tokio::spawn(tier_kube::events::publish(events_client, reporter, events));
 
     let shutdown = Shutdown::new();
+    if let Some((config, cert, key)) = self_signed {
+        let stop = shutdown.clone();
+        tokio::spawn(certs::maintain(
+            client.clone(),
+            config,
+            cert,
+            key,
+            SELF_SIGNED_POLL,
+            async move { stop.triggered().await },
+        ));
+    }
     let readiness = Readiness::standard(status.clone(), &shutdown);
     readiness.register(TIER_CACHE_SYNCED, cache_synced(lister.clone()));
     let mut health = HealthConfig::default();

@@ -48,7 +48,7 @@ fn the_crd_file_is_what_tierd_crd_prints() {
 
 #[test]
 fn rbac_is_least_privilege() {
-    let docs = documents("rbac.yaml");
+    let docs = documents("base/rbac.yaml");
     let role = kind(&docs, "ClusterRole");
     let rules = role["rules"].as_sequence().unwrap();
     assert_eq!(rules.len(), 2);
@@ -70,7 +70,7 @@ fn rbac_is_least_privilege() {
 
 #[test]
 fn the_deployment_is_probed_hardened_and_runs_a_valid_command_line() {
-    let docs = documents("deployment.yaml");
+    let docs = documents("base/deployment.yaml");
     let pod = &kind(&docs, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"].as_str(), Some("tierd"));
     assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
@@ -95,7 +95,7 @@ fn the_deployment_is_probed_hardened_and_runs_a_valid_command_line() {
 
 #[test]
 fn the_webhook_reaches_tierd_through_its_service() {
-    let service = documents("service.yaml");
+    let service = documents("base/service.yaml");
     let service = kind(&service, "Service");
     assert_eq!(service["spec"]["ports"][0]["port"].as_u64(), Some(443));
     let docs = documents("webhook.yaml");

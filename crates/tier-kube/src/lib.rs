@@ -6,6 +6,8 @@
 //!   kube-runtime watcher and reflector; it also exposes the reflector's store and watch health.
 //! - [`writer`]: [`KubeWriter`], the [`TierWriter`](tier_core::TierWriter) port (POST to create,
 //!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
+//! - [`certs`]: `--self-signed-cert`: a CA and serving certificate kept in a Secret
+//!   (create-if-absent, renewed before expiry) and in the webhook configuration's `caBundle`.
 //! - [`classify`]: `kube::Error` and HTTP answers to the core's
 //!   [`WriteError`](tier_core::WriteError) classes, with `Retry-After`.
 //! - [`explain`]: watch and client failures in words (HTTP code, reason, message, network
@@ -28,6 +30,7 @@
 //! # }
 //! ```
 
+pub mod certs;
 pub mod classify;
 pub mod client;
 pub mod crd;

@@ -13,6 +13,7 @@ use crate::events;
 use crate::faults::{FaultAction, Verb};
 use crate::log::{Endpoint, RequestRecord};
 use crate::reply::{self, Outcome};
+use crate::resources::{self, ObjectKind, ObjectRequest};
 use crate::server::Shared;
 use crate::status::StatusError;
 use crate::store::EventsApi;
@@ -36,6 +37,12 @@ enum Route {
         namespace: String,
         name: Option<String>,
     },
+    /// Secrets or ValidatingWebhookConfigurations (`resources`).
+    Objects {
+        kind: ObjectKind,
+        namespace: String,
+        name: Option<String>,
+    },
     Discovery(Document),
     Health,
     Unknown,
@@ -46,6 +53,13 @@ impl Route {
         let trimmed = path.trim_matches('/');
         let segments: Vec<&str> = trimmed.split('/').collect();
         let owned = |s: &str| s.to_owned();
+        if let Some((kind, namespace, name)) = ObjectKind::route(&segments) {
+            return Self::Objects {
+                kind,
+                namespace,
+                name,
+            };
+        }
         match segments.as_slice() {
             ["apis", "crd.antrea.io", "v1beta1", "tiers"] => Self::Tiers { name: None },
             ["apis", "crd.antrea.io", "v1beta1", "tiers", name] => Self::Tiers {
@@ -94,6 +108,7 @@ impl Route {
         match self {
             Self::Tiers { .. } | Self::WatchTiers { .. } => Endpoint::Tiers,
             Self::Events { .. } => Endpoint::Events,
+            Self::Objects { .. } => Endpoint::Objects,
             Self::Discovery(_) | Self::Health => Endpoint::Discovery,
             Self::Unknown => Endpoint::Unknown,
         }
@@ -196,6 +211,42 @@ async fn dispatch(
                 &body,
             ))
         }
+        Route::Objects {
+            kind,
+            namespace,
+            name,
+        } => {
+            let verb = match (method, name.is_some()) {
+                (&Method::GET, false) => Verb::List,
+                (&Method::GET, true) => Verb::Get,
+                (&Method::POST, false) => Verb::Create,
+                (&Method::PUT, true) => Verb::Update,
+                (&Method::PATCH, true) => Verb::Patch,
+                (&Method::DELETE, true) => Verb::Delete,
+                _ => return respond(&StatusError::method_not_allowed(method.as_str())),
+            };
+            record.verb = Some(verb);
+            record.name.clone_from(&name);
+            let body = match read_body(body, shared.config.max_body_bytes).await {
+                Ok(body) => body,
+                Err(e) => return respond(&e),
+            };
+            // Faults before serving apply here too (by verb and name); lost responses do not.
+            let fault = shared.faults.take(verb, name.as_deref());
+            record.fault = fault.as_ref().map(FaultAction::kind);
+            if let Some(outcome) = before_serving(fault.as_ref()).await {
+                return outcome;
+            }
+            let content_type = media_type(&parts.headers);
+            let request = ObjectRequest {
+                kind,
+                namespace: &namespace,
+                name: name.as_deref(),
+                content_type: &content_type,
+                body: &body,
+            };
+            Outcome::Respond(resources::serve(&shared.store, verb, &request))
+        }
         Route::Tiers { name } => {
             let query = parse_query(parts.uri.query().unwrap_or_default());
             let watching = query
@@ -257,21 +308,8 @@ async fn tiers_request(
     record.name.clone_from(&name);
     let fault = shared.faults.take(verb, name.as_deref());
     record.fault = fault.as_ref().map(FaultAction::kind);
-    match &fault {
-        Some(FaultAction::Status {
-            code,
-            reason,
-            message,
-            retry_after,
-        }) => {
-            let mut error = StatusError::new(*code, reason, message.clone());
-            error.retry_after = *retry_after;
-            return respond(&error);
-        }
-        Some(FaultAction::Drop) => return Outcome::Drop,
-        Some(FaultAction::Hang) => return Outcome::Hang,
-        Some(FaultAction::Delay(delay)) => tokio::time::sleep(*delay).await,
-        _ => {}
+    if let Some(outcome) = before_serving(fault.as_ref()).await {
+        return outcome;
     }
     let request = TierRequest {
         user,
@@ -288,6 +326,30 @@ async fn tiers_request(
         }) => respond(&StatusError::new(code, &reason, message)),
         Some(FaultAction::LoseResponseDrop) => Outcome::Drop,
         _ => Outcome::Respond(response),
+    }
+}
+
+/// Applies the part of `fault` that acts before the request is served: an answer instead of
+/// the server's (a Status, a dropped connection, no answer) or a delay.
+async fn before_serving(fault: Option<&FaultAction>) -> Option<Outcome> {
+    match fault {
+        Some(FaultAction::Status {
+            code,
+            reason,
+            message,
+            retry_after,
+        }) => {
+            let mut error = StatusError::new(*code, reason, message.clone());
+            error.retry_after = *retry_after;
+            Some(respond(&error))
+        }
+        Some(FaultAction::Drop) => Some(Outcome::Drop),
+        Some(FaultAction::Hang) => Some(Outcome::Hang),
+        Some(FaultAction::Delay(delay)) => {
+            tokio::time::sleep(*delay).await;
+            None
+        }
+        _ => None,
     }
 }
 

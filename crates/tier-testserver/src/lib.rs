@@ -18,7 +18,7 @@
 //! authentication, faults, logging), `tiers` and `watch` (the Tier verbs), `store`
 //! (storage, resourceVersions, history), `tier` (the CRD schema), `antrea` (Antrea's system
 //! Tiers and webhook rules), `admission` (admission modes and the webhook client),
-//! `events`, `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
+//! `events`, `resources` (Secrets and ValidatingWebhookConfigurations), `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
 //! `test_webhook`.
 //!
 //! ```no_run
@@ -57,6 +57,7 @@ mod kubeconfig;
 mod log;
 mod patch;
 mod reply;
+mod resources;
 mod selector;
 mod server;
 mod status;
@@ -71,6 +72,7 @@ pub use config::{AdmissionMode, FailurePolicy, ServerConfig, WebhookConfig};
 pub use error::Error;
 pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
 pub use log::{Endpoint, RequestLog, RequestRecord};
+pub use resources::ObjectKind;
 pub use server::TestApiServer;
 pub use status::{Cause, ResourceName, StatusError};
 pub use store::{EventsApi, Store};

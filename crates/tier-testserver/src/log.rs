@@ -15,6 +15,8 @@ pub enum Endpoint {
     Tiers,
     /// The core or `events.k8s.io` Events endpoints.
     Events,
+    /// Secrets and ValidatingWebhookConfigurations.
+    Objects,
     /// Discovery, `/version` and health endpoints.
     Discovery,
     /// Anything else (answered 404).

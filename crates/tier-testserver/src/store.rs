@@ -113,6 +113,8 @@ struct State {
     /// Every change with `rv > floor` is in `history`.
     floor: u64,
     events: Vec<(EventsApi, Value)>,
+    /// Secrets and webhook configurations (`resources`).
+    objects: BTreeMap<crate::resources::ObjectKey, Value>,
 }
 
 impl std::fmt::Debug for Store {
@@ -142,6 +144,7 @@ impl Store {
                     window: window.max(1),
                     floor: 0,
                     events: Vec::new(),
+                    objects: BTreeMap::new(),
                 }),
                 changes,
             }),
@@ -153,6 +156,17 @@ impl Store {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the plain objects of `resources` and the resourceVersion counter, under the
+    /// store's lock.
+    pub(crate) fn with_objects<R>(
+        &self,
+        f: impl FnOnce(&mut u64, &mut BTreeMap<crate::resources::ObjectKey, Value>) -> R,
+    ) -> R {
+        let mut state = self.state();
+        let state = &mut *state;
+        f(&mut state.rv, &mut state.objects)
     }
 
     /// The Tier named `name`, as stored.

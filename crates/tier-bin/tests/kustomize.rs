@@ -1,0 +1,356 @@
+//! The two install shapes render with `kubectl kustomize` (offline) and hold what they promise:
+//! standalone (`deploy/`: CRD, webhook, self-signed certificate) and beside Antrea
+//! (`deploy/overlays/beside-antrea`: no CRD, no webhook, an organisation's Tiers). Where no
+//! `kubectl` is found the tests say so and check the kustomizations' structure only.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::CommandFactory;
+use serde::Deserialize;
+use serde_yaml::Value;
+use tier_bin::cli::Cli;
+
+fn deploy() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy")
+        .canonicalize()
+        .unwrap()
+}
+
+fn kubectl() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("kubectl"))
+        .find(|candidate| candidate.is_file())
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `kubectl kustomize dir`, or None (said on stderr) without kubectl.
+fn render(dir: &Path) -> Option<Vec<Value>> {
+    let Some(kubectl) = kubectl() else {
+        eprintln!(
+            "no kubectl on PATH: not rendering {}; checking its structure only",
+            dir.display()
+        );
+        return None;
+    };
+    let output = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(documents(&String::from_utf8(output.stdout).unwrap()))
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    docs.iter()
+        .find(|d| d["kind"].as_str() == Some(kind) && d["metadata"]["name"].as_str() == Some(name))
+}
+
+fn get<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    find(docs, kind, name).unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn container(docs: &[Value]) -> &Value {
+    &get(docs, "Deployment", "tierd")["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> Option<&'a str> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"].as_str() == Some(name))
+        .map(|e| e["value"].as_str().unwrap_or_default())
+}
+
+/// Every environment variable `tierd run` reads, from its clap definition.
+fn run_env_vars() -> BTreeSet<String> {
+    let command = Cli::command();
+    let run = command.find_subcommand("run").unwrap();
+    run.get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// What every rendering must satisfy: the Deployment's arguments parse, each environment
+/// variable it sets is one tierd reads, and namespaced objects sit in `namespace`.
+fn common_checks(docs: &[Value], namespace: &str) {
+    let container = container(docs);
+    let args = std::iter::once("tierd").chain(
+        container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap()),
+    );
+    let args: Vec<&str> = args.collect();
+    if let Err(e) = <Cli as clap::Parser>::try_parse_from(&args) {
+        panic!("the Deployment's arguments {args:?} do not parse: {e}");
+    }
+    let known = run_env_vars();
+    for var in container["env"].as_sequence().unwrap() {
+        let name = var["name"].as_str().unwrap();
+        assert!(
+            known.contains(name),
+            "the Deployment sets {name}, which tierd does not read (it reads {known:?})"
+        );
+    }
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap();
+        let cluster_scoped = [
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingWebhookConfiguration",
+        ];
+        if !cluster_scoped.contains(&kind) {
+            assert_eq!(
+                doc["metadata"]["namespace"].as_str(),
+                Some(namespace),
+                "{kind} {:?}",
+                doc["metadata"]["name"]
+            );
+        }
+        for subject in doc["subjects"].as_sequence().into_iter().flatten() {
+            assert_eq!(subject["namespace"].as_str(), Some(namespace), "{doc:?}");
+        }
+    }
+}
+
+fn self_signed_rbac(docs: &[Value]) {
+    let role = get(docs, "Role", "tierd-self-signed-cert");
+    let rules = role["rules"].as_sequence().unwrap();
+    let named = &rules[0];
+    assert_eq!(named["resources"][0].as_str(), Some("secrets"));
+    assert_eq!(
+        named["resourceNames"][0].as_str(),
+        Some("tierd-self-signed-cert")
+    );
+    assert_eq!(named["verbs"].as_sequence().unwrap().len(), 2);
+    // `create` cannot be limited by name; it is the only verb granted without one.
+    for rule in rules {
+        if rule["resourceNames"].is_null() {
+            assert_eq!(rule["verbs"].as_sequence().unwrap().len(), 1);
+            assert_eq!(rule["verbs"][0].as_str(), Some("create"));
+        }
+    }
+}
+
+#[test]
+fn standalone_installs_the_crd_the_webhook_and_a_self_signed_certificate() {
+    check_structure(&deploy());
+    let Some(docs) = render(&deploy()) else {
+        return;
+    };
+    common_checks(&docs, "kube-system");
+    let crd = get(&docs, "CustomResourceDefinition", "tiers.crd.antrea.io");
+    let ours: Value = serde_yaml::from_str(&tier_bin::commands::crd().unwrap()).unwrap();
+    assert_eq!(*crd, ours, "the rendered CRD is `tierd crd`");
+    let hook = &get(&docs, "ValidatingWebhookConfiguration", "tierd")["webhooks"][0];
+    assert_eq!(
+        hook["clientConfig"]["service"]["namespace"].as_str(),
+        Some("kube-system")
+    );
+    let container = container(&docs);
+    assert_eq!(env(container, "TIERD_SELF_SIGNED_CERT"), Some("true"));
+    assert_eq!(env(container, "TIERD_WEBHOOK_CONFIGURATION"), Some("tierd"));
+    assert_eq!(container["image"].as_str(), Some("tierd:0.1.0"));
+    let pod = &get(&docs, "Deployment", "tierd")["spec"]["template"]["spec"];
+    let tls = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some("tls"))
+        .unwrap();
+    assert!(
+        tls["secret"].is_null(),
+        "no hand-made Secret needed: {tls:?}"
+    );
+    assert_eq!(tls["emptyDir"]["medium"].as_str(), Some("Memory"));
+    self_signed_rbac(&docs);
+    let webhook_role = get(&docs, "ClusterRole", "tierd-webhook-ca");
+    assert_eq!(
+        webhook_role["rules"][0]["resourceNames"][0].as_str(),
+        Some("tierd")
+    );
+}
+
+#[test]
+fn beside_antrea_installs_no_crd_no_webhook_and_ensures_the_organisations_tiers() {
+    let dir = deploy().join("overlays/beside-antrea");
+    check_structure(&dir);
+    // The Tiers file shipped in the overlay is valid for tierd.
+    let tiers = std::fs::read_to_string(dir.join("tiers.yaml")).unwrap();
+    let desired = tier_bin::tiers_file::parse(&tiers).unwrap();
+    for tier in desired.tiers() {
+        assert!(
+            antrea_free(tier.priority),
+            "{} takes an Antrea priority",
+            tier.name
+        );
+    }
+    let Some(docs) = render(&dir) else {
+        return;
+    };
+    common_checks(&docs, "kube-system");
+    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert!(!kinds.contains("CustomResourceDefinition"), "{kinds:?}");
+    assert!(
+        !kinds.contains("ValidatingWebhookConfiguration"),
+        "{kinds:?}"
+    );
+    assert!(find(&docs, "ClusterRole", "tierd-webhook-ca").is_none());
+    let container = container(&docs);
+    assert_eq!(env(container, "TIERD_WEBHOOK_CONFIGURATION"), Some(""));
+    let tiers_path = env(container, "TIERD_TIERS").unwrap();
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| tiers_path.starts_with(m["mountPath"].as_str().unwrap()))
+        .expect("TIERD_TIERS lies in a mounted volume");
+    let pod = &get(&docs, "Deployment", "tierd")["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    let map_name = volume["configMap"]["name"].as_str().unwrap();
+    let map = get(&docs, "ConfigMap", map_name);
+    let file = Path::new(tiers_path).file_name().unwrap().to_str().unwrap();
+    assert_eq!(map["data"][file].as_str(), Some(tiers.as_str()));
+    self_signed_rbac(&docs);
+}
+
+/// Not one of Antrea's six system priorities, nor 220 (the upstream admin Tier's).
+fn antrea_free(priority: i64) -> bool {
+    ![50, 100, 150, 200, 220, 250, 253].contains(&priority)
+}
+
+#[test]
+fn namespace_and_image_are_the_usual_kustomize_knobs() {
+    // A consumer's kustomization elsewhere; kustomize wants a relative path to the base.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tierd-kustomize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir = dir.canonicalize().unwrap();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+             namespace: tierd-system\nresources:\n  - {}\nimages:\n  - name: tierd\n    \
+             newName: registry.example/tierd\n    newTag: v9\n",
+            relative(&dir, &deploy()).display()
+        ),
+    )
+    .unwrap();
+    let rendered = render(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let Some(docs) = rendered else {
+        return;
+    };
+    common_checks(&docs, "tierd-system");
+    let container = container(&docs);
+    assert_eq!(
+        container["image"].as_str(),
+        Some("registry.example/tierd:v9")
+    );
+    let hook = &get(&docs, "ValidatingWebhookConfiguration", "tierd")["webhooks"][0];
+    assert_eq!(
+        hook["clientConfig"]["service"]["namespace"].as_str(),
+        Some("tierd-system")
+    );
+    // The controller user follows the namespace through the downward API.
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&"--controller-user=system:serviceaccount:$(POD_NAMESPACE):tierd"),
+        "{args:?}"
+    );
+    let namespace_env = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str() == Some("POD_NAMESPACE"))
+        .unwrap();
+    assert_eq!(
+        namespace_env["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("metadata.namespace")
+    );
+}
+
+/// `to` as a path relative to `from` (both absolute).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut path = PathBuf::new();
+    for _ in common..from.len() {
+        path.push("..");
+    }
+    for part in &to[common..] {
+        path.push(part);
+    }
+    path
+}
+
+/// Without kubectl: every file a kustomization names exists, recursively, and each is YAML.
+fn check_structure(dir: &Path) {
+    let file = dir.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let kustomization: Value = serde_yaml::from_str(&text).unwrap();
+    let mut paths = Vec::new();
+    for key in ["resources", "components"] {
+        for entry in kustomization[key].as_sequence().into_iter().flatten() {
+            paths.push(entry.as_str().unwrap().to_owned());
+        }
+    }
+    for patch in kustomization["patches"].as_sequence().into_iter().flatten() {
+        if let Some(path) = patch["path"].as_str() {
+            paths.push(path.to_owned());
+        }
+    }
+    for generator in kustomization["configMapGenerator"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        for file in generator["files"].as_sequence().into_iter().flatten() {
+            paths.push(file.as_str().unwrap().to_owned());
+        }
+    }
+    for path in paths {
+        let target = dir.join(&path);
+        assert!(
+            target.exists(),
+            "{} names {path}, which does not exist",
+            file.display()
+        );
+        if target.is_dir() {
+            check_structure(&target);
+        } else {
+            documents(&std::fs::read_to_string(&target).unwrap());
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! `tierd run --self-signed-cert` end to end: two replicas against the test API server share one
+//! Secret, and the caBundle they keep in the ValidatingWebhookConfiguration verifies the
+//! certificate each of them serves, for the Service's name, as kube-apiserver checks it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tier_tests::{Cluster, PATIENCE, TempFile, Tierd};
+use tier_testserver::ObjectKind;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SERVICE_HOST: &str = "tierd.kube-system.svc";
+
+fn decoded(value: &Value) -> Vec<u8> {
+    let bytes: k8s_openapi::ByteString = serde_json::from_value(value.clone()).unwrap();
+    bytes.0
+}
+
+/// The ValidatingWebhookConfiguration as `deploy/webhook.yaml` has it: an empty caBundle.
+fn webhook_configuration() -> Value {
+    json!({
+        "metadata": {"name": "tierd"},
+        "webhooks": [{
+            "name": "tiervalidator.tierd.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "clientConfig": {
+                "service": {"name": "tierd", "namespace": "kube-system", "path": "/validate/tier", "port": 443},
+                "caBundle": ""
+            }
+        }]
+    })
+}
+
+/// GETs `path` from `tierd` over TLS, trusting only `ca_pem` and checking the certificate for
+/// the Service's name: the status line and the certificate it served.
+async fn get_verified(
+    tierd: &Tierd,
+    ca_pem: &[u8],
+    path: &str,
+) -> Result<(String, CertificateDer<'static>), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(tierd.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(SERVICE_HOST).unwrap();
+    let mut tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let served = tls.get_ref().1.peer_certificates().unwrap()[0]
+        .clone()
+        .into_owned();
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {SERVICE_HOST}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    let _ = tls.read_to_string(&mut response).await;
+    let status = response.lines().next().unwrap_or_default().to_owned();
+    Ok((status, served))
+}
+
+async fn replica(cluster: &Cluster, dir: &str) -> (Tierd, TempFile, TempFile) {
+    let cert = TempFile::new(&format!("{dir}-tls"), "crt");
+    let key = TempFile::new(&format!("{dir}-tls"), "key");
+    let (cert_arg, key_arg) = (cert.0.display().to_string(), key.0.display().to_string());
+    let tierd = Tierd::run(
+        cluster,
+        None,
+        &[
+            "--self-signed-cert",
+            "--self-signed-cert-namespace",
+            "kube-system",
+            "--webhook-configuration",
+            "tierd",
+            "--tls-cert",
+            &cert_arg,
+            "--tls-key",
+            &key_arg,
+        ],
+    )
+    .await;
+    (tierd, cert, key)
+}
+
+#[tokio::test]
+async fn two_replicas_share_one_secret_and_the_ca_bundle_verifies_what_they_serve() {
+    let cluster = Cluster::antrea().await;
+    let store = cluster.server.store();
+    store
+        .put_object(
+            ObjectKind::ValidatingWebhookConfiguration,
+            "",
+            webhook_configuration(),
+        )
+        .unwrap();
+
+    let ((a, _a_cert, _a_key), (b, _b_cert, _b_key)) =
+        tokio::join!(replica(&cluster, "a"), replica(&cluster, "b"));
+
+    let secrets = store.objects(ObjectKind::Secret);
+    assert_eq!(
+        secrets.len(),
+        1,
+        "one Secret for both replicas: {secrets:?}"
+    );
+    assert_eq!(secrets[0]["metadata"]["name"], "tierd-self-signed-cert");
+    assert_eq!(secrets[0]["metadata"]["namespace"], "kube-system");
+    let secret_cert = decoded(&secrets[0]["data"]["tls.crt"]);
+    let secret_ca = decoded(&secrets[0]["data"]["ca.crt"]);
+
+    let configuration = store
+        .object(ObjectKind::ValidatingWebhookConfiguration, "", "tierd")
+        .unwrap();
+    let ca_bundle = decoded(&configuration["webhooks"][0]["clientConfig"]["caBundle"]);
+    assert_eq!(ca_bundle, secret_ca, "the caBundle is the Secret's CA");
+
+    let expected = CertificateDer::from_pem_slice(&secret_cert).unwrap();
+    for tierd in [&a, &b] {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let (status, served) = get_verified(tierd, &ca_bundle, "/readyz").await.unwrap();
+            assert_eq!(
+                served, expected,
+                "every replica serves the Secret's certificate"
+            );
+            if status.contains(" 200 ") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never ready: {status}; {:?}",
+                tierd.logs()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    // The certificate is for the Service's name, not any name: another host fails verification.
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(&ca_bundle).unwrap())
+        .unwrap();
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .unwrap();
+    use rustls::client::danger::ServerCertVerifier;
+    let other = ServerName::try_from("evil.kube-system.svc").unwrap();
+    assert!(
+        verifier
+            .verify_server_cert(
+                &expected,
+                &[],
+                &other,
+                &[],
+                rustls::pki_types::UnixTime::now()
+            )
+            .is_err()
+    );
+
+    // A Secret created by one replica was created exactly once.
+    let creates = cluster
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/secrets") && r.code == Some(201))
+        .count();
+    assert_eq!(creates, 1);
+}
+
+#[tokio::test]
+async fn without_permission_to_read_the_secret_tierd_exits_saying_what_is_missing() {
+    let cluster = Cluster::antrea().await;
+    cluster.server.inject(
+        tier_testserver::Fault::status(
+            tier_testserver::Verb::Get,
+            403,
+            "Forbidden",
+            "secrets \"tierd-self-signed-cert\" is forbidden",
+        )
+        .named("tierd-self-signed-cert")
+        .forever(),
+    );
+    let cert = TempFile::new("forbidden-tls", "crt");
+    let key = TempFile::new("forbidden-tls", "key");
+    let done = cluster
+        .tierd(&[
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--self-signed-cert",
+            "--tls-cert",
+            &cert.0.display().to_string(),
+            "--tls-key",
+            &key.0.display().to_string(),
+        ])
+        .await;
+    assert_eq!(done.code(), 1, "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("Secret kube-system/tierd-self-signed-cert"),
+        "{}",
+        done.stderr
+    );
+}
