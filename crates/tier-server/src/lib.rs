@@ -49,6 +49,8 @@
 //! # }
 //! ```
 
+pub mod auth;
+pub mod conn;
 pub mod health;
 pub mod metrics;
 pub mod readiness;
@@ -58,6 +60,7 @@ pub mod webhook;
 
 pub use health::HealthConfig;
 pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
-pub use server::{Routes, ServeError, Server};
-pub use tls::{CertFiles, CertReloader, TlsError, TlsListener};
+pub use conn::Limits;
+pub use server::{Ports, Routes, ServeError, Server, ServerMetrics};
+pub use tls::{CertFiles, CertReloader, TlsError};
 pub use webhook::Webhook;
