@@ -201,11 +201,43 @@ async fn drive<S>(
                 tracing::warn!(%error, "Tier watch failed; retrying with backoff");
                 let mut stats = lock(&stats);
                 stats.errors += 1;
-                stats.last_error = Some(error.to_string());
+                stats.last_error = Some(describe(&error));
             }
         }
     }
     tracing::error!("Tier watch stream ended; the Tier cache will no longer change");
+}
+
+/// A watch error in words, for `/readyz?verbose` and metrics: what failed, the API server's
+/// code, reason and message, and what to check; never kube's `Debug` dump of the `Status`.
+fn describe(error: &watcher::Error) -> String {
+    let (doing, source) = match error {
+        watcher::Error::InitialListFailed(e) => ("listing Tiers", e),
+        watcher::Error::WatchStartFailed(e) => ("starting the Tier watch", e),
+        watcher::Error::WatchFailed(e) => ("watching Tiers", e),
+        watcher::Error::WatchError(status) => {
+            return format!(
+                "the API server ended the Tier watch: {} {}: {}",
+                status.code, status.reason, status.message
+            );
+        }
+        watcher::Error::NoResourceVersion => return error.to_string(),
+    };
+    match source {
+        kube::Error::Api(status) => {
+            let hint = match status.code {
+                401 => "; check tierd's credentials (its service account token)",
+                403 => "; check tierd's RBAC: it must get, list and watch tiers.crd.antrea.io",
+                404 => "; is the Tier CRD installed (tierd crd | kubectl apply -f -)?",
+                _ => "",
+            };
+            format!(
+                "{doing} failed: the API server answered {} {}: {}{hint}",
+                status.code, status.reason, status.message
+            )
+        }
+        other => format!("{doing} failed: cannot reach the API server ({other})"),
+    }
 }
 
 fn lock(stats: &Mutex<WatchStats>) -> std::sync::MutexGuard<'_, WatchStats> {
@@ -220,6 +252,19 @@ mod tests {
 
     use super::*;
     use crate::crd::TierSpec;
+
+    #[test]
+    fn watch_errors_are_described_in_words() {
+        let status = kube::core::Status::failure("Unauthorized", "Unauthorized").with_code(401);
+        let error = watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()));
+        let words = describe(&error);
+        assert_eq!(
+            words,
+            "listing Tiers failed: the API server answered 401 Unauthorized: Unauthorized; \
+             check tierd's credentials (its service account token)"
+        );
+        assert!(!words.contains("Status {"), "{words}");
+    }
 
     fn tier(name: &str, priority: i32, rv: &str) -> Tier {
         let mut tier = Tier::new(

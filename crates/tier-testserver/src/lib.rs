@@ -18,7 +18,7 @@
 //! authentication, faults, logging), `tiers` and `watch` (the Tier verbs), `store`
 //! (storage, resourceVersions, history), `tier` (the CRD schema), `antrea` (Antrea's system
 //! Tiers and webhook rules), `admission` (admission modes and the webhook client),
-//! `events`, `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
+//! `events`, `auth` (TokenReview and SubjectAccessReview), `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
 //! `test_webhook`.
 //!
 //! ```no_run
@@ -48,6 +48,7 @@
 mod admission;
 pub mod antrea;
 mod api;
+mod auth;
 mod config;
 mod discovery;
 mod error;
