@@ -159,7 +159,7 @@ async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
     let tierd = Tierd::run(&cluster, Some(&tls), &[]).await;
     let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
         .ca_pem(tls.ca_pem.clone())
-        .ready_url(format!("{}/readyz", tierd.url()));
+        .ready_url(format!("http://{}/readyz", tierd.probe_addr));
     cluster
         .server
         .set_admission(AdmissionMode::Webhook(webhook))
