@@ -46,12 +46,7 @@ fn words(what: &str, error: &kube::Error) -> AuthError {
 
 #[async_trait]
 impl Authorizer for KubeAuthorizer {
-    async fn authorize(
-        &self,
-        token: &str,
-        verb: &str,
-        path: &str,
-    ) -> Result<Decision, AuthError> {
+    async fn authorize(&self, token: &str, verb: &str, path: &str) -> Result<Decision, AuthError> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: Some(token.to_owned()),

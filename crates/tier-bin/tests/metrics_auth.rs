@@ -88,9 +88,17 @@ async fn metrics_refuse_unauthenticated_scrapes_and_accept_an_approved_token() {
         .records()
         .iter()
         .filter(|r| r.path.ends_with("reviews"))
-        .map(|r| (r.path.rsplit('/').next().unwrap().to_owned(), r.user.clone()))
+        .map(|r| {
+            (
+                r.path.rsplit('/').next().unwrap().to_owned(),
+                r.user.clone(),
+            )
+        })
         .collect();
-    assert!(reviews.contains(&("tokenreviews".into(), Some(TIERD.into()))), "{reviews:?}");
+    assert!(
+        reviews.contains(&("tokenreviews".into(), Some(TIERD.into()))),
+        "{reviews:?}"
+    );
     assert!(
         reviews.contains(&("subjectaccessreviews".into(), Some(TIERD.into()))),
         "{reviews:?}"

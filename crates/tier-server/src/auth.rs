@@ -81,8 +81,7 @@ pub struct AuthError(pub String);
 pub trait Authorizer: fmt::Debug + Send + Sync + 'static {
     /// Whether the user of `token` may `verb` (lowercase HTTP method, e.g. `get`) the
     /// non-resource `path`.
-    async fn authorize(&self, token: &str, verb: &str, path: &str)
-    -> Result<Decision, AuthError>;
+    async fn authorize(&self, token: &str, verb: &str, path: &str) -> Result<Decision, AuthError>;
 }
 
 #[derive(Clone, Debug)]
@@ -101,7 +100,11 @@ pub fn protect(router: Router, authorizer: Arc<dyn Authorizer>) -> Router {
 }
 
 fn bearer(request: &Request) -> Option<&str> {
-    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)

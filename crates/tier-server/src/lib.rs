@@ -58,9 +58,9 @@ pub mod server;
 pub mod tls;
 pub mod webhook;
 
+pub use conn::Limits;
 pub use health::HealthConfig;
 pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
-pub use conn::Limits;
 pub use server::{Ports, Routes, ServeError, Server, ServerMetrics};
 pub use tls::{CertFiles, CertReloader, TlsError};
 pub use webhook::Webhook;

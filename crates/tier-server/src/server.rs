@@ -355,7 +355,11 @@ impl Shared {
         let (admitted, shed) = self.pool.admit(phase);
         if shed > 0 {
             self.metrics.closed(self.name, Closed::Shed, shed);
-            tracing::debug!(server = self.name, shed, "connection limit reached; shed the longest-waiting connections");
+            tracing::debug!(
+                server = self.name,
+                shed,
+                "connection limit reached; shed the longest-waiting connections"
+            );
         }
         tokio::spawn(async move {
             let open = self.metrics.open(self.name);

@@ -63,7 +63,10 @@ pub enum TlsError {
         source: io::Error,
     },
     /// A PEM file is malformed.
-    #[error("cannot parse {path} as PEM: {}; it must hold PEM blocks such as -----BEGIN CERTIFICATE-----", pem_words(source))]
+    #[error(
+        "cannot parse {path} as PEM: {}; it must hold PEM blocks such as -----BEGIN CERTIFICATE-----",
+        pem_words(source)
+    )]
     Pem {
         /// The file.
         path: PathBuf,
@@ -246,7 +249,13 @@ impl CertReloader {
 
     /// The certificate and key in service.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner).key)
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .key,
+        )
     }
 
     /// When the leaf certificate in service expires (`None` if its validity cannot be read).
@@ -426,4 +435,3 @@ fn parse(
         source,
     })
 }
-

@@ -111,7 +111,10 @@ async fn until_closed<S: AsyncRead + Unpin>(stream: &mut S) -> (String, Duration
     let mut buf = [0u8; 4096];
     loop {
         match tokio::time::timeout(Duration::from_secs(120), stream.read(&mut buf)).await {
-            Err(_) => panic!("still open after 120 s; got {:?}", String::from_utf8_lossy(&got)),
+            Err(_) => panic!(
+                "still open after 120 s; got {:?}",
+                String::from_utf8_lossy(&got)
+            ),
             Ok(Ok(0) | Err(_)) => return (String::from_utf8_lossy(&got).into(), start.elapsed()),
             Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
         }
@@ -267,7 +270,11 @@ async fn every_stalled_tls_connection_is_closed_within_its_timeout() {
             ))
             .cloned()
     };
-    assert_eq!(failures("client_hello_timeout").as_deref(), Some("2"), "{text}");
+    assert_eq!(
+        failures("client_hello_timeout").as_deref(),
+        Some("2"),
+        "{text}"
+    );
     assert_eq!(failures("error").as_deref(), Some("1"), "{text}");
     let closed = |reason: &str| {
         samples
@@ -445,7 +452,8 @@ async fn probes_and_reviews_answer_while_attackers_hold_the_caps() {
         stalled.push(TcpStream::connect(webhook.addr).await.unwrap());
     }
 
-    let webhook_ok = |reply: &str| reply.starts_with("HTTP/1.1 200") && reply.contains("\"allowed\":true");
+    let webhook_ok =
+        |reply: &str| reply.starts_with("HTTP/1.1 200") && reply.contains("\"allowed\":true");
     for _ in 0..20 {
         assert_eq!(get(probes.addr, "/livez").await.status, StatusCode::OK);
         let mut client = tls_connect(webhook.addr, &tls.root).await;
@@ -470,7 +478,8 @@ async fn probes_and_reviews_answer_while_attackers_hold_the_caps() {
         "{text}"
     );
     assert!(
-        shed("tierd_http_connections_closed_total{server=\"webhook\",reason=\"shed\"}") >= 600 - 512,
+        shed("tierd_http_connections_closed_total{server=\"webhook\",reason=\"shed\"}")
+            >= 600 - 512,
         "{text}"
     );
     drop((held_plain, held_tls, stalled));
