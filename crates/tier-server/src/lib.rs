@@ -7,10 +7,14 @@
 //! - [`metrics`]: `/metrics`, read from the latest [`tier_core::Status`] at scrape time.
 //! - [`webhook`]: `POST /validate/tier`, Antrea's Tier admission rules
 //!   ([`tier_core::admission::review`]) against the Tier cache.
-//! - [`tls`]: a rustls certificate resolver that reloads its PEM files when they change, and a
-//!   TLS listener for axum.
-//! - [`server`]: [`Routes`] assembles the router, [`Server`] serves it (TLS or plain) until a
-//!   shutdown future resolves.
+//! - [`tls`]: a rustls certificate resolver that reloads its PEM files when they change, and
+//!   exports and warns about its expiry.
+//! - [`auth`]: `/metrics` protected as controller-runtime protects it (TokenReview and
+//!   SubjectAccessReview, behind the [`auth::Authorizer`] port).
+//! - [`conn`]: the [`Limits`] every connection lives under, and load shedding.
+//! - [`server`]: [`Routes`] assembles one router per port ([`Ports`]: probes, metrics, webhook),
+//!   each mountable in an embedder's own axum router; [`Server`] serves one (TLS or plain) until
+//!   a shutdown future resolves.
 //!
 //! # Architecture invariants
 //!
@@ -38,12 +42,14 @@
 //! let mut registry = prometheus_client::registry::Registry::default();
 //! metrics::register(&mut registry, status);
 //! let policy = AdmissionPolicy::antrea("system:serviceaccount:kube-system:tierd");
-//! let router = Routes::new(readiness.clone())
+//! let ports = Routes::new(readiness.clone())
 //!     .metrics(Arc::new(registry))
 //!     .webhook(Webhook::new(lister, policy, &readiness))
-//!     .into_router();
-//! let listener = tier_server::server::bind(([0, 0, 0, 0], 8443).into()).await?;
-//! Server::new(router)
+//!     .into_ports();
+//! // The probes on their own plain port; the webhook and the metrics likewise.
+//! let listener = tier_server::server::bind(([0, 0, 0, 0], 8081).into()).await?;
+//! Server::new(ports.probes)
+//!     .name("probes")
 //!     .serve(listener, shutdown.drained(Duration::from_secs(5)))
 //!     .await
 //! # }

@@ -443,11 +443,11 @@ impl Shared {
                 }
                 () = tokio::time::sleep_until(deadline) => {
                     let (deadline, reason) = slot.deadline(&limits);
-                    if deadline <= tokio::time::Instant::now()
-                        && let Some(reason) = reason
-                    {
-                        self.metrics.closed(self.name, reason, 1);
-                        tracing::debug!(%peer, server = self.name, reason = reason.as_str(), "connection timed out");
+                    if deadline <= tokio::time::Instant::now() {
+                        if let Some(reason) = reason {
+                            self.metrics.closed(self.name, reason, 1);
+                            tracing::debug!(%peer, server = self.name, reason = reason.as_str(), "connection timed out");
+                        }
                         return;
                     }
                 }

@@ -211,11 +211,7 @@ async fn pem_errors_are_in_words() {
     let dir = temp_dir();
     let files = files_in(&dir);
     let good = self_signed();
-    write(
-        &files,
-        "-----BEGIN CERTIFICATE-----\nMIIB\n",
-        &good.key_pem,
-    );
+    write(&files, "-----BEGIN CERTIFICATE-----\nMIIB\n", &good.key_pem);
     let error = CertReloader::load(files).await.unwrap_err().to_string();
     assert!(
         error.contains("a section has no end line (-----END CERTIFICATE-----)"),
