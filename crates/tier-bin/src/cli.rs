@@ -43,6 +43,8 @@ pub enum LogFormat {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of `Run`'s flags does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the daemon: serve the probes, metrics and the Tier webhook at once (three ports),
     /// sync the Tier cache, ensure the system Tiers, then keep correcting drift until
