@@ -20,8 +20,10 @@
 //!
 //! On SIGTERM, [`Shutdown::trigger`](crate::Shutdown::trigger) first (the `shutdown` check fails
 //! at once, so the pod leaves its Service's endpoints), then let the server drain: pass
-//! [`Shutdown::drained`](crate::Shutdown::drained) as the shutdown future. Draining takes at
-//! most [`Limits::body_timeout`] (a request still in flight then gets `408`).
+//! [`Shutdown::drained`](crate::Shutdown::drained) as the shutdown future. Idle connections and
+//! handshakes in progress are closed at once; draining takes at most the longer of
+//! [`Limits::header_timeout`] and [`Limits::body_timeout`] (a request still in flight then gets
+//! `408`), plus a second.
 //!
 //! ```
 //! # async fn example() -> Result<(), tier_server::ServeError> {
@@ -403,16 +405,21 @@ impl Shared {
         let service = {
             let router = self.router.clone();
             let slot = Arc::clone(slot);
+            let (metrics, name) = (self.metrics.clone(), self.name);
             hyper::service::service_fn(move |request: Request<Incoming>| {
                 let mut router = router.clone();
                 let slot = Arc::clone(&slot);
+                let metrics = metrics.clone();
                 async move {
                     slot.set(Phase::Busy);
                     let call = router.call(request.map(Body::new));
                     let response = match tokio::time::timeout(limits.body_timeout, call).await {
                         Ok(Ok(response)) => response,
                         Ok(Err(never)) => match never {},
-                        Err(_) => request_timeout(),
+                        Err(_) => {
+                            metrics.closed(name, Closed::BodyTimeout, 1);
+                            request_timeout()
+                        }
                     };
                     slot.set(Phase::Idle);
                     Ok::<_, Infallible>(response)

@@ -260,6 +260,16 @@ async fn every_stalled_tls_connection_is_closed_within_its_timeout() {
     let (_, elapsed) = slowloris(stream, "POST /validate/tier HTTP/1.1\r\nHost: x\r\n").await;
     within("TLS slow headers", elapsed, LIMITS.header_timeout);
 
+    // A handshake, then a body that never completes: 408.
+    let mut short = tls_connect(addr, &tls.root).await;
+    short
+        .write_all(b"POST /validate/tier HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        .await
+        .unwrap();
+    let (got, elapsed) = until_closed(&mut short).await;
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    within("TLS short body", elapsed, LIMITS.body_timeout);
+
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     let samples = samples(&text);
@@ -285,6 +295,7 @@ async fn every_stalled_tls_connection_is_closed_within_its_timeout() {
     };
     assert_eq!(closed("idle_timeout").as_deref(), Some("1"), "{text}");
     assert_eq!(closed("header_timeout").as_deref(), Some("1"), "{text}");
+    assert_eq!(closed("body_timeout").as_deref(), Some("1"), "{text}");
 
     server.stop().await.unwrap();
 }
