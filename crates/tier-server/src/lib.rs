@@ -25,6 +25,9 @@
 //!   webhook, which kube-apiserver reaches only through Ready pods (the second loop; see
 //!   [`health`]).
 //! - No background task updates metrics or checks: both read the latest status when asked.
+//! - A [`Server`] never pauses `accept`: at a connection or handshake cap it sheds the
+//!   connection that has waited longest without a request, and every connection lives under the
+//!   [`Limits`]' timeouts, so memory is bounded by configuration, not by clients.
 //!
 //! ```no_run
 //! # async fn example(
