@@ -1,7 +1,7 @@
 //! Connection limits: the timeouts every connection lives under, and the pool that caps open
 //! connections and pending handshakes by shedding rather than by pausing `accept`.
 //!
-//! Every accepted connection gets a slot in its server's [`Pool`], tagged with the phase it is
+//! Every accepted connection gets a slot in its server's pool, tagged with the phase it is
 //! in and since when:
 //!
 //! | phase | ends when | limit |
