@@ -2,8 +2,8 @@
 //!
 //! The binary is the one `cargo test --workspace` builds next to the test executables
 //! (`target/<profile>/tierd`). [`Cluster`] is a test API server with tierd's user and a
-//! kubeconfig; [`Tierd`] is a running `tierd run` whose listen address is read from its JSON
-//! log; [`Tierd::get`] speaks HTTP or HTTPS to it.
+//! kubeconfig; [`Tierd`] is a running `tierd run` whose three listen addresses (webhook, probes,
+//! metrics) are read from its JSON log; [`Tierd::get`] speaks HTTP or HTTPS to the right one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
@@ -220,8 +220,12 @@ impl Default for Tls {
 /// A running `tierd run`.
 pub struct Tierd {
     child: Child,
-    /// Where it serves.
+    /// Where it serves the webhook.
     pub addr: SocketAddr,
+    /// Where it serves `/livez` and `/readyz` (plain HTTP).
+    pub probe_addr: SocketAddr,
+    /// Where it serves `/metrics`.
+    pub metrics_addr: SocketAddr,
     /// Whether it serves HTTPS, with this CA.
     ca_pem: Option<String>,
     logs: Arc<Mutex<Vec<String>>>,
@@ -230,11 +234,15 @@ pub struct Tierd {
 }
 
 impl Tierd {
-    /// Starts `tierd run --listen 127.0.0.1:0 --log-format json <extra>` against `cluster`.
+    /// Starts `tierd run` with its three ports on 127.0.0.1:0 and `--log-format json <extra>`
+    /// against `cluster`.
     pub async fn run(cluster: &Cluster, tls: Option<&Tls>, extra: &[&str]) -> Self {
         let mut command = Command::new(tierd_binary());
         command
-            .args(["run", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(["run", "--webhook-listen", "127.0.0.1:0"])
+            .args(["--probe-listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--log-format", "json"])
             .arg("--kubeconfig")
             .arg(&cluster.kubeconfig.0)
             .args(["--controller-user", USER])
@@ -254,7 +262,7 @@ impl Tierd {
         let mut child = command.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let logs: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (addr_tx, mut addr_rx) = watch::channel(None::<SocketAddr>);
+        let (addr_tx, mut addr_rx) = watch::channel([None::<SocketAddr>; 3]);
         let lines = logs.clone();
         tokio::spawn(async move {
             let mut reader = BufReader::new(stderr).lines();
@@ -266,27 +274,38 @@ impl Tierd {
                         .is_some_and(|m| m.starts_with("serving"))
                         && let Some(addr) = fields["addr"].as_str().and_then(|a| a.parse().ok())
                     {
-                        addr_tx.send_replace(Some(addr));
+                        let port = match fields["server"].as_str() {
+                            Some("webhook") => 0,
+                            Some("probes") => 1,
+                            Some("metrics") => 2,
+                            _ => continue,
+                        };
+                        addr_tx.send_modify(|addrs| addrs[port] = Some(addr));
                     }
                 }
                 lines.lock().unwrap().push(line);
             }
         });
-        let addr = tokio::time::timeout(PATIENCE, addr_rx.wait_for(Option::is_some))
-            .await
-            .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", logs.lock().unwrap()))
-            .unwrap()
-            .unwrap();
+        let addrs = *tokio::time::timeout(
+            PATIENCE,
+            addr_rx.wait_for(|addrs| addrs.iter().all(Option::is_some)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", logs.lock().unwrap()))
+        .unwrap();
+        let [addr, probe_addr, metrics_addr] = addrs.map(Option::unwrap);
         Self {
             child,
             addr,
+            probe_addr,
+            metrics_addr,
             ca_pem: tls.map(|t| t.ca_pem.clone()),
             logs,
             started,
         }
     }
 
-    /// The base URL of its server.
+    /// The base URL of its webhook server.
     pub fn url(&self) -> String {
         let scheme = if self.ca_pem.is_some() {
             "https"
@@ -301,9 +320,16 @@ impl Tierd {
         self.logs.lock().unwrap().clone()
     }
 
-    /// GETs `path`: status code and body.
+    /// GETs `path` from the port that serves it (probes, metrics or webhook): status code and
+    /// body.
     pub async fn get(&self, path: &str) -> (u16, String) {
-        get(&format!("{}{path}", self.url()), self.ca_pem.as_deref()).await
+        if path.starts_with("/livez") || path.starts_with("/readyz") {
+            get(&format!("http://{}{path}", self.probe_addr), None).await
+        } else if path.starts_with("/metrics") {
+            get(&format!("http://{}{path}", self.metrics_addr), None).await
+        } else {
+            get(&format!("{}{path}", self.url()), self.ca_pem.as_deref()).await
+        }
     }
 
     /// Polls `path` until it answers 200; the time since the process started.

@@ -36,14 +36,16 @@ async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
         metrics.contains("tierd_system_tiers_initialized 1"),
         "{metrics}"
     );
-    // Events: one Created per Tier.
-    let created = cluster
-        .server
-        .events()
-        .iter()
-        .filter(|e| e["reason"] == "Created")
-        .count();
-    assert_eq!(created, 6);
+    // Events: one Created per Tier (published by their own task, so waited for).
+    let created = |c: &Cluster| {
+        c.server
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "Created")
+            .count()
+    };
+    cluster.eventually(|c| created(c) >= 6).await;
+    assert_eq!(created(&cluster), 6);
 
     let signalled = Instant::now();
     tierd.terminate().await;
@@ -165,7 +167,7 @@ async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
     let tierd = Tierd::run(&cluster, Some(&tls), &[]).await;
     let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
         .ca_pem(tls.ca_pem.clone())
-        .ready_url(format!("{}/readyz", tierd.url()));
+        .ready_url(format!("http://{}/readyz", tierd.probe_addr));
     cluster
         .server
         .set_admission(AdmissionMode::Webhook(webhook))

@@ -8,8 +8,11 @@
 //! 3. From a blocker's removal to convergence (virtual time).
 //! 4. Webhook admission latency (p50, p99) and throughput over loopback TLS.
 //! 5. Peak RSS of `tierd run`.
+//! 6. Hostile clients: probe and admission latency, and peak RSS, while 1,000 slowloris
+//!    connections and 300 stalled handshakes are held on the webhook port.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod hostile;
 mod memory;
 mod startup;
 mod strategy;
@@ -30,7 +33,10 @@ struct Cli {
     /// Webhook requests to send.
     #[arg(long, default_value_t = 20_000)]
     requests: usize,
-    /// Only these sections (startup, requests, unblock, webhook, rss); default all.
+    /// Requests of each kind timed during the hostile-clients attack.
+    #[arg(long, default_value_t = 200)]
+    hostile_requests: usize,
+    /// Only these sections (startup, requests, unblock, webhook, rss, hostile); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -61,6 +67,10 @@ fn main() {
     if want("rss") {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(startup::peak_rss());
+    }
+    if want("hostile") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(hostile::hostile(cli.hostile_requests));
     }
 }
 

@@ -69,9 +69,12 @@ pub enum LogFormat {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
+// Parsed once per process: the size of `Run`'s flags does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
-    /// Run the daemon: serve health, metrics and the Tier webhook at once, sync the Tier cache,
-    /// ensure the system Tiers, then keep correcting drift until SIGTERM/SIGINT.
+    /// Run the daemon: serve the probes, metrics and the Tier webhook at once (three ports),
+    /// sync the Tier cache, ensure the system Tiers, then keep correcting drift until
+    /// SIGTERM/SIGINT.
     #[command(
         after_help = "Exit codes: 0 after a clean shutdown; 1 on a runtime error; 2 on invalid input."
     )]
@@ -125,14 +128,44 @@ pub struct RunArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
 
-    /// Address of the HTTP(S) server (health, metrics, webhook).
+    /// Address of the webhook server (`POST /validate/tier`; TLS when --tls-cert is given).
+    #[arg(
+        long = "webhook-listen",
+        alias = "listen",
+        value_name = "ADDR",
+        default_value = "0.0.0.0:9443",
+        env = "TIERD_WEBHOOK_LISTEN"
+    )]
+    pub listen: SocketAddr,
+
+    /// Address of the probe server (`/livez`, `/readyz`; plain HTTP, for the kubelet).
     #[arg(
         long,
         value_name = "ADDR",
-        default_value = "0.0.0.0:8443",
-        env = "TIERD_LISTEN"
+        default_value = "0.0.0.0:8081",
+        env = "TIERD_PROBE_LISTEN"
     )]
-    pub listen: SocketAddr,
+    pub probe_listen: SocketAddr,
+
+    /// Address of the metrics server (`/metrics`). Localhost by default; to let Prometheus
+    /// scrape it from another pod, listen on 0.0.0.0 with --metrics-auth.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        env = "TIERD_METRICS_LISTEN"
+    )]
+    pub metrics_listen: SocketAddr,
+
+    /// Protect /metrics as controller-runtime does: the scraper's bearer token must pass a
+    /// TokenReview, and a SubjectAccessReview for `get /metrics`. Served over TLS when
+    /// --tls-cert is given.
+    #[arg(long, env = "TIERD_METRICS_AUTH")]
+    pub metrics_auth: bool,
+
+    /// Connection limits of every server.
+    #[command(flatten)]
+    pub http: HttpArgs,
 
     /// PEM certificate for TLS (reloaded when it changes); without it the server speaks HTTP.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -210,6 +243,54 @@ pub struct SelfSignedArgs {
     /// --self-signed-cert); empty or absent: none.
     #[arg(long, value_name = "NAME", env = "TIERD_WEBHOOK_CONFIGURATION")]
     pub webhook_configuration: Option<String>,
+}
+
+/// Connection limits, the same on every port (see tier_server::conn).
+#[derive(Clone, Debug, Args)]
+pub struct HttpArgs {
+    /// The longest from accepting a TLS connection to its ClientHello.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub client_hello_timeout: Duration,
+
+    /// The longest a TLS handshake may take.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub handshake_timeout: Duration,
+
+    /// The longest a connection may wait for the first byte of a request.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// The longest from a request's first byte to the end of its headers.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub header_timeout: Duration,
+
+    /// The longest from the end of the headers to the response (body read and handling).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub body_timeout: Duration,
+
+    /// The most connections open at once per port; beyond it the longest-waiting is shed.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+
+    /// The most TLS handshakes in progress at once per port; beyond it the oldest is shed.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_handshakes: usize,
+}
+
+impl HttpArgs {
+    /// The limits these flags describe.
+    pub fn limits(&self) -> tier_server::Limits {
+        tier_server::Limits {
+            client_hello_timeout: self.client_hello_timeout,
+            handshake_timeout: self.handshake_timeout,
+            idle_timeout: self.idle_timeout,
+            header_timeout: self.header_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
+            max_handshakes: self.max_handshakes,
+            ..tier_server::Limits::default()
+        }
+    }
 }
 
 /// Flags of `tierd ensure`.
@@ -331,5 +412,24 @@ mod tests {
         );
         assert_eq!(args.self_signed.self_signed_cert_service, "tierd");
         assert_eq!(args.self_signed.webhook_configuration, None);
+    }
+
+    #[test]
+    fn ports_default_to_controller_runtimes_and_limits_to_the_servers() {
+        let cli = Cli::try_parse_from(["tierd", "run"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args.listen.port(), 9443);
+        assert_eq!(args.probe_listen.port(), 8081);
+        assert!(args.metrics_listen.ip().is_loopback());
+        assert!(!args.metrics_auth);
+        assert_eq!(args.http.limits(), tier_server::Limits::default());
+        // The old flag still works.
+        let cli = Cli::try_parse_from(["tierd", "run", "--listen", "127.0.0.1:1"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args.listen.port(), 1);
     }
 }

@@ -4,9 +4,13 @@
 //!
 //! 1. validate the input; with `--self-signed-cert`, settle the certificate Secret and write the
 //!    serving certificate files once (a Secret read or create never needs tierd's own webhook,
-//!    whose rules cover only Tiers, so this cannot deadlock); bind the listener and serve at once: `/livez`, `/readyz`, `/metrics`
-//!    and the webhook answer from the first moment, each handler gated only on the checks it
-//!    needs (the webhook on `tier-cache-synced`);
+//!    whose rules cover only Tiers, so this cannot deadlock);
+//!    bind the three listeners and serve at once, as controller-runtime
+//!    splits them: the webhook on its own port (TLS when certificates are given), `/livez` and
+//!    `/readyz` on a plain probe port, `/metrics` on a third port (localhost by default, or
+//!    protected by TokenReview and SubjectAccessReview with `--metrics-auth`). Every handler
+//!    answers from the first moment, gated only on the checks it needs (the webhook on
+//!    `tier-cache-synced`);
 //! 2. start the Tier cache and the driver in continuous mode;
 //! 3. on SIGTERM/SIGINT: readiness turns false at once, the driver stops (no write starts after
 //!    it), the server drains, and the process exits within about a second.
@@ -23,11 +27,14 @@ use tier_kube::{KubeLister, KubeWriter};
 use tier_server::readiness::{SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn};
 use tier_server::tls::{CertFiles, CertReloader};
 use tier_server::{
-    Check, CheckState, HealthConfig, Readiness, Routes, Server, Shutdown, Webhook, metrics,
+    Check, CheckState, HealthConfig, Readiness, Routes, Server, ServerMetrics, Shutdown, Webhook,
+    auth, metrics,
 };
+use tokio::task::JoinSet;
 
 use crate::cli::RunArgs;
 use crate::commands::{self, CommandError};
+use crate::metrics_auth::KubeAuthorizer;
 use crate::signals;
 
 /// How often the TLS files are checked for a new certificate.
@@ -107,13 +114,22 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         (Some(cert), Some(key)) => Some(CertReloader::load(CertFiles::new(cert, key)).await?),
         _ => None,
     };
-    let listener = tier_server::server::bind(args.listen).await?;
+    let webhook_listener = tier_server::server::bind(args.listen).await?;
+    let probe_listener = tier_server::server::bind(args.probe_listen).await?;
+    let metrics_listener = tier_server::server::bind(args.metrics_listen).await?;
+    if !args.metrics_auth && !args.metrics_listen.ip().is_loopback() {
+        tracing::warn!(
+            addr = %args.metrics_listen,
+            "/metrics is served without authentication beyond localhost; add --metrics-auth"
+        );
+    }
     let lister = KubeLister::start(client.clone())?;
     let writer = KubeWriter::new(client.clone(), commands::writer_config(&args.cluster))
         .with_store(lister.store());
 
     let policy = policy(&desired, &args.controller_user);
     let events_client = client.clone();
+    let auth_client = client.clone();
     let (ensurer, events) = tier_runtime::spawn_with_events(
         lister.clone(),
         writer,
@@ -145,26 +161,55 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     }
     let mut registry = Registry::default();
     metrics::register(&mut registry, status.clone());
+    let server_metrics = ServerMetrics::default();
+    server_metrics.register(&mut registry);
+    if let Some(tls) = &tls {
+        tls.register(&mut registry);
+    }
     let cache: Arc<dyn TierLister> = Arc::new(lister);
-    let router = Routes::new(readiness.clone())
+    let ports = Routes::new(readiness.clone())
         .health(health)
         .metrics(Arc::new(registry))
         .webhook(Webhook::new(cache, policy, &readiness))
-        .into_router();
-    let mut server = Server::new(router);
+        .into_ports();
+    let limits = args.http.limits();
+    let server = |router, name| {
+        Server::new(router)
+            .name(name)
+            .limits(limits)
+            .metrics(server_metrics.clone())
+    };
+    let mut webhook = server(ports.webhook.unwrap_or_default(), "webhook");
+    let probes = server(ports.probes, "probes");
+    let mut metrics_router = ports.metrics.unwrap_or_default();
+    if args.metrics_auth {
+        metrics_router = auth::protect(metrics_router, Arc::new(KubeAuthorizer::new(auth_client)));
+    }
+    let mut metrics = server(metrics_router, "metrics");
     if let Some(tls) = &tls {
-        server = server.tls(tls.server_config()?);
+        let config = tls.server_config()?;
+        webhook = webhook.tls(Arc::clone(&config));
+        if args.metrics_auth {
+            metrics = metrics.tls(config);
+        }
         let stop = shutdown.clone();
         tokio::spawn(
             tls.clone()
                 .watch(CERT_POLL, async move { stop.triggered().await }),
         );
     }
-    let mut served = tokio::spawn(server.serve(listener, shutdown.drained(Duration::ZERO)));
+    let mut served = JoinSet::new();
+    for (server, listener) in [
+        (webhook, webhook_listener),
+        (probes, probe_listener),
+        (metrics, metrics_listener),
+    ] {
+        served.spawn(server.serve(listener, shutdown.drained(Duration::ZERO)));
+    }
 
     let outcome = tokio::select! {
         () = signals::shutdown() => Ok(()),
-        result = &mut served => match result {
+        Some(result) = served.join_next() => match result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(CommandError::Serve(e)),
             Err(e) => Err(CommandError::Task(e.to_string())),
@@ -172,13 +217,12 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     };
     shutdown.trigger();
     ensurer.shutdown().await;
-    if !served.is_finished()
-        && tokio::time::timeout(DRAIN_LIMIT, &mut served)
-            .await
-            .is_err()
-    {
+    let drained = tokio::time::timeout(DRAIN_LIMIT, async {
+        while served.join_next().await.is_some() {}
+    });
+    if drained.await.is_err() {
         tracing::warn!("requests still in flight after {DRAIN_LIMIT:?}; exiting anyway");
-        served.abort();
+        served.abort_all();
     }
     tracing::info!("stopped");
     outcome

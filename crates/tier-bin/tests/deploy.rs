@@ -46,26 +46,90 @@ fn the_crd_file_is_what_tierd_crd_prints() {
     );
 }
 
+fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"].as_str() == Some(kind) && d["metadata"]["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
 #[test]
 fn rbac_is_least_privilege() {
     let docs = documents("base/rbac.yaml");
-    let role = kind(&docs, "ClusterRole");
+    let role = named(&docs, "ClusterRole", "tierd");
     let rules = role["rules"].as_sequence().unwrap();
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(strings(&rules[0]["apiGroups"]), ["crd.antrea.io"]);
     assert_eq!(strings(&rules[0]["resources"]), ["tiers"]);
     assert_eq!(
         strings(&rules[0]["verbs"]),
         ["get", "list", "watch", "create", "update"]
     );
-    assert_eq!(strings(&rules[1]["resources"]), ["events"]);
-    assert_eq!(strings(&rules[1]["verbs"]), ["create", "patch"]);
-    let binding = kind(&docs, "ClusterRoleBinding");
+    // For --metrics-auth.
+    assert_eq!(strings(&rules[1]["resources"]), ["tokenreviews"]);
+    assert_eq!(strings(&rules[1]["verbs"]), ["create"]);
+    assert_eq!(strings(&rules[2]["resources"]), ["subjectaccessreviews"]);
+    assert_eq!(strings(&rules[2]["verbs"]), ["create"]);
+    let binding = named(&docs, "ClusterRoleBinding", "tierd");
     assert_eq!(binding["subjects"][0]["name"].as_str(), Some("tierd"));
     assert_eq!(
         kind(&docs, "ServiceAccount")["metadata"]["name"].as_str(),
         Some("tierd")
     );
+
+    // Events only where they are written: Tiers are cluster-scoped, so `default`.
+    let events = kind(&docs, "Role");
+    assert_eq!(events["metadata"]["namespace"].as_str(), Some("default"));
+    let rules = events["rules"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strings(&rules[0]["resources"]), ["events"]);
+    assert_eq!(strings(&rules[0]["verbs"]), ["create", "patch"]);
+    let binding = kind(&docs, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"].as_str(), Some("default"));
+    assert_eq!(binding["roleRef"]["name"], events["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"].as_str(), Some("tierd"));
+    assert_eq!(
+        binding["subjects"][0]["namespace"].as_str(),
+        Some("kube-system")
+    );
+    for doc in &docs {
+        if doc["kind"].as_str() == Some("ClusterRole") {
+            let text = serde_yaml::to_string(doc).unwrap();
+            assert!(!text.contains("events"), "Events in a ClusterRole: {text}");
+        }
+    }
+
+    // Scrapers get /metrics from this ClusterRole.
+    let reader = named(&docs, "ClusterRole", "tierd-metrics-reader");
+    assert_eq!(
+        strings(&reader["rules"][0]["nonResourceURLs"]),
+        ["/metrics"]
+    );
+    assert_eq!(strings(&reader["rules"][0]["verbs"]), ["get"]);
+}
+
+/// The Deployment's container and its command line.
+fn container() -> (Value, tier_bin::cli::RunArgs) {
+    let docs = documents("base/deployment.yaml");
+    let pod = &kind(&docs, "Deployment")["spec"]["template"]["spec"];
+    let container = pod["containers"][0].clone();
+    let args = std::iter::once("tierd").chain(strings(&container["args"]));
+    let cli = Cli::try_parse_from(args).unwrap();
+    let tier_bin::cli::Command::Run(args) = cli.command else {
+        panic!("the Deployment does not run `tierd run`");
+    };
+    (container, args)
+}
+
+/// The container port named `name`.
+fn container_port(container: &Value, name: &str) -> u64 {
+    container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no container port {name}"))["containerPort"]
+        .as_u64()
+        .unwrap()
 }
 
 #[test]
@@ -74,30 +138,78 @@ fn the_deployment_is_probed_hardened_and_runs_a_valid_command_line() {
     let pod = &kind(&docs, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"].as_str(), Some("tierd"));
     assert_eq!(pod["securityContext"]["runAsNonRoot"].as_bool(), Some(true));
-    let container = &pod["containers"][0];
-    assert_eq!(
-        container["livenessProbe"]["httpGet"]["path"].as_str(),
-        Some("/livez")
-    );
-    assert_eq!(
-        container["readinessProbe"]["httpGet"]["path"].as_str(),
-        Some("/readyz")
-    );
+    let (container, args) = container();
     let security = &container["securityContext"];
     assert_eq!(security["readOnlyRootFilesystem"].as_bool(), Some(true));
     assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
     assert!(container["resources"]["requests"]["cpu"].is_string());
     assert!(container["resources"]["requests"]["memory"].is_string());
-    let args = std::iter::once("tierd").chain(strings(&container["args"]));
-    let cli = Cli::try_parse_from(args).unwrap();
-    assert!(matches!(cli.command, tier_bin::cli::Command::Run(_)));
+
+    // Each named port is the one tierd listens on for it.
+    assert_eq!(
+        container_port(&container, "webhook"),
+        u64::from(args.listen.port())
+    );
+    assert_eq!(
+        container_port(&container, "probes"),
+        u64::from(args.probe_listen.port())
+    );
+    assert_eq!(
+        container_port(&container, "metrics"),
+        u64::from(args.metrics_listen.port())
+    );
+    // Metrics leave the pod only with authentication.
+    assert!(args.metrics_auth || args.metrics_listen.ip().is_loopback());
+    // Probes go to the plain probe port.
+    for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"].as_str(), Some(path));
+        assert_eq!(get["port"].as_str(), Some("probes"));
+        assert_eq!(get["scheme"].as_str(), Some("HTTP"));
+    }
+}
+
+#[test]
+fn the_network_policy_admits_only_what_each_port_needs() {
+    let docs = documents("base/networkpolicy.yaml");
+    let policy = kind(&docs, "NetworkPolicy");
+    let (container, _) = container();
+    let pod_labels = &documents("base/deployment.yaml")[0]["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(
+            &pod_labels[key], value,
+            "the policy does not select tierd's pods"
+        );
+    }
+    assert_eq!(strings(&policy["spec"]["policyTypes"]), ["Ingress"]);
+    let rules = policy["spec"]["ingress"].as_sequence().unwrap();
+    let mut admitted = Vec::new();
+    for rule in rules {
+        for port in rule["ports"].as_sequence().unwrap() {
+            let name = port["port"].as_str().unwrap();
+            container_port(&container, name);
+            admitted.push((name, rule["from"].is_sequence()));
+        }
+    }
+    // The webhook from anywhere (kube-apiserver's address cannot be expressed), the metrics
+    // from a selected namespace only, the probes from nowhere (the kubelet's node is always
+    // admitted).
+    admitted.sort_unstable();
+    assert_eq!(admitted, [("metrics", true), ("webhook", false)]);
 }
 
 #[test]
 fn the_webhook_reaches_tierd_through_its_service() {
     let service = documents("base/service.yaml");
-    let service = kind(&service, "Service");
+    let service = named(&service, "Service", "tierd");
     assert_eq!(service["spec"]["ports"][0]["port"].as_u64(), Some(443));
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"].as_str(),
+        Some("webhook")
+    );
     let docs = documents("webhook.yaml");
     let hook = &kind(&docs, "ValidatingWebhookConfiguration")["webhooks"][0];
     assert_eq!(

@@ -209,6 +209,8 @@ async fn drive<S>(
     tracing::error!("Tier watch stream ended; the Tier cache will no longer change");
 }
 
+/// A watch error in words, for `/readyz?verbose` and metrics: what failed, the API server's
+/// code, reason and message, and what to check; never kube's `Debug` dump of the `Status`.
 fn lock(stats: &Mutex<WatchStats>) -> std::sync::MutexGuard<'_, WatchStats> {
     stats.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -221,6 +223,19 @@ mod tests {
 
     use super::*;
     use crate::crd::TierSpec;
+
+    #[test]
+    fn watch_errors_are_described_in_words() {
+        let status = kube::core::Status::failure("Unauthorized", "Unauthorized").with_code(401);
+        let error = watcher::Error::InitialListFailed(kube::Error::Api(status.boxed()));
+        let words = crate::explain::watch_error(&error);
+        assert_eq!(
+            words,
+            "listing Tiers failed: 401 Unauthorized: Unauthorized; check the kubeconfig's \
+             credentials or token"
+        );
+        assert!(!words.contains("Status {"), "{words}");
+    }
 
     fn tier(name: &str, priority: i32, rv: &str) -> Tier {
         let mut tier = Tier::new(

@@ -7,10 +7,14 @@
 //! - [`metrics`]: `/metrics`, read from the latest [`tier_core::Status`] at scrape time.
 //! - [`webhook`]: `POST /validate/tier`, Antrea's Tier admission rules
 //!   ([`tier_core::admission::review`]) against the Tier cache.
-//! - [`tls`]: a rustls certificate resolver that reloads its PEM files when they change, and a
-//!   TLS listener for axum.
-//! - [`server`]: [`Routes`] assembles the router, [`Server`] serves it (TLS or plain) until a
-//!   shutdown future resolves.
+//! - [`tls`]: a rustls certificate resolver that reloads its PEM files when they change, and
+//!   exports and warns about its expiry.
+//! - [`auth`]: `/metrics` protected as controller-runtime protects it (TokenReview and
+//!   SubjectAccessReview, behind the [`auth::Authorizer`] port).
+//! - [`conn`]: the [`Limits`] every connection lives under, and load shedding.
+//! - [`server`]: [`Routes`] assembles one router per port ([`Ports`]: probes, metrics, webhook),
+//!   each mountable in an embedder's own axum router; [`Server`] serves one (TLS or plain) until
+//!   a shutdown future resolves.
 //!
 //! # Architecture invariants
 //!
@@ -21,6 +25,9 @@
 //!   webhook, which kube-apiserver reaches only through Ready pods (the second loop; see
 //!   [`health`]).
 //! - No background task updates metrics or checks: both read the latest status when asked.
+//! - A [`Server`] never pauses `accept`: at a connection or handshake cap it sheds the
+//!   connection that has waited longest without a request, and every connection lives under the
+//!   [`Limits`]' timeouts, so memory is bounded by configuration, not by clients.
 //!
 //! ```no_run
 //! # async fn example(
@@ -38,17 +45,21 @@
 //! let mut registry = prometheus_client::registry::Registry::default();
 //! metrics::register(&mut registry, status);
 //! let policy = AdmissionPolicy::antrea("system:serviceaccount:kube-system:tierd");
-//! let router = Routes::new(readiness.clone())
+//! let ports = Routes::new(readiness.clone())
 //!     .metrics(Arc::new(registry))
 //!     .webhook(Webhook::new(lister, policy, &readiness))
-//!     .into_router();
-//! let listener = tier_server::server::bind(([0, 0, 0, 0], 8443).into()).await?;
-//! Server::new(router)
+//!     .into_ports();
+//! // The probes on their own plain port; the webhook and the metrics likewise.
+//! let listener = tier_server::server::bind(([0, 0, 0, 0], 8081).into()).await?;
+//! Server::new(ports.probes)
+//!     .name("probes")
 //!     .serve(listener, shutdown.drained(Duration::from_secs(5)))
 //!     .await
 //! # }
 //! ```
 
+pub mod auth;
+pub mod conn;
 pub mod health;
 pub mod metrics;
 pub mod readiness;
@@ -56,8 +67,9 @@ pub mod server;
 pub mod tls;
 pub mod webhook;
 
+pub use conn::Limits;
 pub use health::HealthConfig;
 pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
-pub use server::{Routes, ServeError, Server};
-pub use tls::{CertFiles, CertReloader, TlsError, TlsListener};
+pub use server::{Ports, Routes, ServeError, Server, ServerMetrics};
+pub use tls::{CertFiles, CertReloader, TlsError};
 pub use webhook::Webhook;

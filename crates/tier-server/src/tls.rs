@@ -1,5 +1,4 @@
-//! TLS: a certificate resolver that reloads its PEM files when they change, and a TLS listener
-//! for axum.
+//! TLS: a certificate resolver that reloads its PEM files when they change.
 //!
 //! [`CertReloader`] holds the current certificate chain and key and answers every handshake with
 //! them (a rustls [`ResolvesServerCert`]). [`CertReloader::watch`] re-reads the two files every
@@ -8,12 +7,14 @@
 //! whose key does not match the certificate is refused: the old one stays in service and the
 //! error is logged once per distinct content (a half-written rotation heals on the next poll).
 //!
-//! [`TlsListener`] wraps a `TcpListener` for [`axum::serve()`]. Handshakes run concurrently, each
-//! with a timeout, so one slow client cannot hold up others. ALPN offers `http/1.1`.
+//! A certificate that has expired, or expires within [`EXPIRY_WARNING`], is still served (a
+//! webhook that refuses to start locks every Tier write out) but logged as a warning at load
+//! and at every rotation, and its expiry is exported as
+//! `tierd_serving_certificate_expiry_timestamp_seconds` ([`CertReloader::register`]).
 //!
-//! One listener serves everything; it speaks TLS when certificate files are configured, plain
-//! HTTP otherwise (see [`Server`](crate::Server)). With TLS, kubelet probes and scrapers use
-//! `scheme: HTTPS` (they do not verify the certificate by default).
+//! [`Server::tls`](crate::Server::tls) serves a configuration built here, with a short
+//! ClientHello deadline and a cap on pending handshakes (see [`conn`](crate::conn)). ALPN
+//! offers `http/1.1`; rustls's safe defaults allow TLS 1.2 and 1.3 with AEAD suites only.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), tier_server::TlsError> {
@@ -32,23 +33,21 @@
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 /// Loading or using a certificate failed. Fix the files (or the paths) and reload; an error
 /// during a reload keeps the previous certificate in service.
@@ -64,13 +63,16 @@ pub enum TlsError {
         source: io::Error,
     },
     /// A PEM file is malformed.
-    #[error("cannot parse {path} as PEM: {source}")]
+    #[error(
+        "cannot parse {path} as PEM: {}; it must hold PEM blocks such as -----BEGIN CERTIFICATE-----",
+        pem_words(source)
+    )]
     Pem {
         /// The file.
         path: PathBuf,
         /// The parse error.
         #[source]
-        source: rustls::pki_types::pem::Error,
+        source: pem::Error,
     },
     /// The certificate file holds no certificate.
     #[error("{path} holds no CERTIFICATE block; it must hold the certificate chain in PEM")]
@@ -133,9 +135,83 @@ pub enum Reload {
 pub struct CertReloader {
     files: CertFiles,
     provider: Arc<CryptoProvider>,
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Installed>,
     /// The contents last tried (installed or refused), so a refused pair is logged once.
     seen: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The certificate in service and when it expires.
+#[derive(Debug)]
+struct Installed {
+    key: Arc<CertifiedKey>,
+    not_after: Option<SystemTime>,
+}
+
+impl Installed {
+    fn new(key: CertifiedKey) -> Self {
+        let not_after = key.cert.first().and_then(not_after);
+        Self {
+            key: Arc::new(key),
+            not_after,
+        }
+    }
+}
+
+/// How close to expiry a certificate may be before tierd warns: 7 days.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Where a certificate stands against its expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// More than [`EXPIRY_WARNING`] left.
+    Valid,
+    /// Expires within [`EXPIRY_WARNING`]: this much is left.
+    Soon(Duration),
+    /// Expired this long ago.
+    Expired(Duration),
+    /// The leaf certificate's validity could not be read.
+    Unknown,
+}
+
+impl Expiry {
+    /// Classifies a certificate valid until `not_after`, at `now`.
+    pub fn at(not_after: Option<SystemTime>, now: SystemTime) -> Self {
+        let Some(not_after) = not_after else {
+            return Self::Unknown;
+        };
+        match not_after.duration_since(now) {
+            Ok(left) if left > EXPIRY_WARNING => Self::Valid,
+            Ok(left) => Self::Soon(left),
+            Err(past) => Self::Expired(past.duration()),
+        }
+    }
+}
+
+/// The `notAfter` of a DER certificate.
+fn not_after(der: &CertificateDer<'_>) -> Option<SystemTime> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let seconds = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_secs(seconds))
+}
+
+/// A PEM error in words (rustls's `Display` shows section names as byte arrays).
+fn pem_words(error: &pem::Error) -> String {
+    match error {
+        pem::Error::MissingSectionEnd { end_marker } => format!(
+            "a section has no end line (-----END {}-----)",
+            String::from_utf8_lossy(end_marker)
+        ),
+        pem::Error::IllegalSectionStart { line } => format!(
+            "a section starts with a malformed line ({})",
+            String::from_utf8_lossy(line)
+        ),
+        pem::Error::Base64Decode(detail) => {
+            format!("a section's base64 content is invalid ({detail})")
+        }
+        pem::Error::Io(error) => format!("reading failed ({error})"),
+        pem::Error::NoItemsFound => "no PEM section found".to_owned(),
+        other => other.to_string(),
+    }
 }
 
 impl fmt::Debug for CertReloader {
@@ -156,12 +232,14 @@ impl CertReloader {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let (cert_pem, key_pem) = read(&files).await?;
         let key = parse(&files, &cert_pem, &key_pem, &provider)?;
-        Ok(Arc::new(Self {
+        let reloader = Arc::new(Self {
             files,
             provider,
-            current: RwLock::new(Arc::new(key)),
+            current: RwLock::new(Installed::new(key)),
             seen: Mutex::new((cert_pem, key_pem)),
-        }))
+        });
+        reloader.warn_if_expiring(SystemTime::now());
+        Ok(reloader)
     }
 
     /// The files it reads.
@@ -171,7 +249,52 @@ impl CertReloader {
 
     /// The certificate and key in service.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .key,
+        )
+    }
+
+    /// When the leaf certificate in service expires (`None` if its validity cannot be read).
+    pub fn not_after(&self) -> Option<SystemTime> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .not_after
+    }
+
+    /// Where the certificate in service stands against its expiry at `now`.
+    pub fn expiry(&self, now: SystemTime) -> Expiry {
+        Expiry::at(self.not_after(), now)
+    }
+
+    /// Logs a warning when the certificate in service has expired or expires soon.
+    fn warn_if_expiring(&self, now: SystemTime) {
+        let cert = self.files.cert.display();
+        match self.expiry(now) {
+            Expiry::Valid | Expiry::Unknown => {}
+            Expiry::Soon(left) => tracing::warn!(
+                %cert,
+                hours_left = left.as_secs() / 3600,
+                "the serving certificate expires soon; rotate it (kube-apiserver will refuse it once expired)"
+            ),
+            Expiry::Expired(ago) => tracing::warn!(
+                %cert,
+                hours_ago = ago.as_secs() / 3600,
+                "the serving certificate has expired; kube-apiserver refuses it, so Tier writes fail until it is rotated"
+            ),
+        }
+    }
+
+    /// Registers `tierd_serving_certificate_expiry_timestamp_seconds` (the Unix time at which
+    /// the certificate in service expires, read at scrape time) in `registry`.
+    pub fn register(self: &Arc<Self>, registry: &mut Registry) {
+        registry
+            .sub_registry_with_prefix(crate::metrics::PREFIX)
+            .register_collector(Box::new(ExpiryCollector(Arc::clone(self))));
     }
 
     /// Reads the files again and installs them if their content changed.
@@ -191,7 +314,8 @@ impl CertReloader {
             *seen = (cert_pem.clone(), key_pem.clone());
         }
         let key = parse(&self.files, &cert_pem, &key_pem, &self.provider)?;
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Installed::new(key);
+        self.warn_if_expiring(SystemTime::now());
         Ok(Reload::Rotated)
     }
 
@@ -243,6 +367,29 @@ impl ResolvesServerCert for CertReloader {
     }
 }
 
+/// Exports the expiry of a [`CertReloader`]'s certificate.
+#[derive(Debug)]
+struct ExpiryCollector(Arc<CertReloader>);
+
+impl Collector for ExpiryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let Some(seconds) = self
+            .0
+            .not_after()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        else {
+            return Ok(());
+        };
+        let gauge = ConstGauge::new(i64::try_from(seconds.as_secs()).unwrap_or(i64::MAX));
+        gauge.encode(encoder.encode_descriptor(
+            "serving_certificate_expiry_timestamp_seconds",
+            "Unix time at which the serving certificate in service expires.",
+            None,
+            MetricType::Gauge,
+        )?)
+    }
+}
+
 async fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
     tokio::fs::read(path)
         .await
@@ -274,7 +421,7 @@ fn parse(
         });
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|source| match source {
-        rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoPrivateKey {
+        pem::Error::NoItemsFound => TlsError::NoPrivateKey {
             path: files.key.clone(),
         },
         source => TlsError::Pem {
@@ -287,111 +434,4 @@ fn parse(
         key: files.key.clone(),
         source,
     })
-}
-
-type Handshake = Pin<Box<dyn Future<Output = Option<(TlsStream<TcpStream>, SocketAddr)>> + Send>>;
-
-/// The most handshakes in progress at once; further connections wait in the kernel's backlog.
-const MAX_HANDSHAKES: usize = 256;
-
-/// A TLS listener for [`axum::serve()`]: accepts TCP connections and completes their handshakes
-/// concurrently, each within a timeout (default 10 s). Failed handshakes are logged and dropped.
-pub struct TlsListener {
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    handshake_timeout: Duration,
-    handshakes: FuturesUnordered<Handshake>,
-}
-
-impl fmt::Debug for TlsListener {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsListener")
-            .field("tcp", &self.tcp)
-            .field("handshake_timeout", &self.handshake_timeout)
-            .field("handshakes", &self.handshakes.len())
-            .finish()
-    }
-}
-
-impl TlsListener {
-    /// Serves TLS with `config` on `tcp`.
-    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> Self {
-        Self {
-            tcp,
-            acceptor: TlsAcceptor::from(config),
-            handshake_timeout: Duration::from_secs(10),
-            handshakes: FuturesUnordered::new(),
-        }
-    }
-
-    /// The longest a handshake may take.
-    #[must_use]
-    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
-        self.handshake_timeout = timeout;
-        self
-    }
-
-    fn start_handshake(&self, stream: TcpStream, addr: SocketAddr) {
-        let acceptor = self.acceptor.clone();
-        let timeout = self.handshake_timeout;
-        self.handshakes.push(Box::pin(async move {
-            match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => Some((tls, addr)),
-                Ok(Err(error)) => {
-                    tracing::info!(%addr, %error, "TLS handshake failed");
-                    None
-                }
-                Err(_) => {
-                    tracing::info!(%addr, ?timeout, "TLS handshake timed out");
-                    None
-                }
-            }
-        }));
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let room = self.handshakes.len() < MAX_HANDSHAKES;
-            let busy = !self.handshakes.is_empty();
-            tokio::select! {
-                accepted = self.tcp.accept(), if room => match accepted {
-                    Ok((stream, addr)) => {
-                        // Small responses must not wait for the peer's delayed ACK.
-                        let _ = stream.set_nodelay(true);
-                        self.start_handshake(stream, addr)
-                    }
-                    Err(error) => accept_error(error).await,
-                },
-                Some(done) = self.handshakes.next(), if busy => {
-                    if let Some(connection) = done {
-                        return connection;
-                    }
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.tcp.local_addr()
-    }
-}
-
-/// As axum's listener: per-connection errors are skipped, others (e.g. too many open files) are
-/// logged and followed by a pause.
-async fn accept_error(error: io::Error) {
-    if matches!(
-        error.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    ) {
-        return;
-    }
-    tracing::error!(%error, "accepting a connection failed; retrying in 1 s");
-    tokio::time::sleep(Duration::from_secs(1)).await;
 }

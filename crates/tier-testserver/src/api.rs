@@ -43,6 +43,10 @@ enum Route {
         namespace: String,
         name: Option<String>,
     },
+    /// `authentication.k8s.io/v1` TokenReviews.
+    TokenReviews,
+    /// `authorization.k8s.io/v1` SubjectAccessReviews.
+    SubjectAccessReviews,
     Discovery(Document),
     Health,
     Unknown,
@@ -99,6 +103,10 @@ impl Route {
                 namespace: owned(ns),
                 name: Some(owned(name)),
             },
+            ["apis", "authentication.k8s.io", "v1", "tokenreviews"] => Self::TokenReviews,
+            ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => {
+                Self::SubjectAccessReviews
+            }
             ["healthz" | "livez" | "readyz", ..] => Self::Health,
             _ => Document::for_path(&format!("/{trimmed}")).map_or(Self::Unknown, Self::Discovery),
         }
@@ -110,7 +118,7 @@ impl Route {
             Self::Events { .. } => Endpoint::Events,
             Self::Objects { .. } => Endpoint::Objects,
             Self::Discovery(_) | Self::Health => Endpoint::Discovery,
-            Self::Unknown => Endpoint::Unknown,
+            Self::Unknown | Self::TokenReviews | Self::SubjectAccessReviews => Endpoint::Unknown,
         }
     }
 
@@ -183,6 +191,20 @@ async fn dispatch(
             }
         }
         Route::Unknown => respond(&StatusError::path_not_found()),
+        Route::TokenReviews | Route::SubjectAccessReviews => {
+            if method != Method::POST {
+                return respond(&StatusError::method_not_allowed(method.as_str()));
+            }
+            let body = match read_body(body, shared.config.max_body_bytes).await {
+                Ok(body) => body,
+                Err(e) => return respond(&e),
+            };
+            Outcome::Respond(if route == Route::TokenReviews {
+                crate::auth::token_review(shared, &body)
+            } else {
+                crate::auth::subject_access_review(shared, &body)
+            })
+        }
         Route::Events {
             api,
             namespace,

@@ -18,7 +18,8 @@
 //! authentication, faults, logging), `tiers` and `watch` (the Tier verbs), `store`
 //! (storage, resourceVersions, history), `tier` (the CRD schema), `antrea` (Antrea's system
 //! Tiers and webhook rules), `admission` (admission modes and the webhook client),
-//! `events`, `resources` (Secrets and ValidatingWebhookConfigurations), `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
+//! `events`, `resources` (Secrets and ValidatingWebhookConfigurations), `auth` (TokenReview and
+//! SubjectAccessReview), `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
 //! `test_webhook`.
 //!
 //! ```no_run
@@ -48,6 +49,7 @@
 mod admission;
 pub mod antrea;
 mod api;
+mod auth;
 mod config;
 mod discovery;
 mod error;

@@ -30,6 +30,8 @@ use crate::store::Store;
 pub(crate) struct Shared {
     pub(crate) store: Store,
     pub(crate) users: RwLock<BTreeMap<String, String>>,
+    /// Non-resource permissions SubjectAccessReviews allow.
+    pub(crate) grants: RwLock<Vec<crate::auth::Grant>>,
     pub(crate) admission: RwLock<Arc<Admission>>,
     pub(crate) faults: Faults,
     pub(crate) log: LogBook,
@@ -51,6 +53,14 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .get(token)
             .cloned()
+    }
+
+    /// The non-resource grants.
+    pub(crate) fn grants(&self) -> Vec<crate::auth::Grant> {
+        self.grants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn admission(&self) -> Arc<Admission> {
@@ -99,6 +109,7 @@ impl TestApiServer {
         let shared = Arc::new(Shared {
             store: Store::new(config.watch_window),
             users: RwLock::new(config.users.clone()),
+            grants: RwLock::new(Vec::new()),
             admission: RwLock::new(Arc::new(admission)),
             faults: Faults::default(),
             log: LogBook::default(),
@@ -145,6 +156,20 @@ impl TestApiServer {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(token.to_owned(), name.to_owned());
+    }
+
+    /// Lets `user` use `verb` (`*`: any) on the non-resource URL `path`, as an RBAC rule with
+    /// `nonResourceURLs` would: SubjectAccessReviews for it answer `allowed: true`.
+    pub fn grant_non_resource(&self, user: &str, verb: &str, path: &str) {
+        self.shared
+            .grants
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(crate::auth::Grant {
+                user: user.to_owned(),
+                verb: verb.to_owned(),
+                path: path.to_owned(),
+            });
     }
 
     /// Switches the admission mode for requests that arrive from now on.

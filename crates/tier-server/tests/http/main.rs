@@ -4,6 +4,7 @@
 
 mod common;
 mod health;
+mod hostile;
 mod metrics;
 mod tls;
 mod webhook;

@@ -161,3 +161,62 @@ async fn the_watch_task_picks_up_a_rotation() {
     server.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn an_expired_certificate_is_served_flagged_and_exported() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use tier_server::tls::Expiry;
+
+    let dir = temp_dir();
+    let files = files_in(&dir);
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    write(&files, &cert.pem(), &key.serialize_pem());
+
+    let reloader = CertReloader::load(files.clone()).await.unwrap();
+    let not_after = reloader.not_after().unwrap();
+    assert_eq!(
+        not_after.duration_since(UNIX_EPOCH).unwrap().as_secs(),
+        1_609_459_200
+    );
+    assert!(matches!(
+        reloader.expiry(SystemTime::now()),
+        Expiry::Expired(_)
+    ));
+    let day = Duration::from_secs(24 * 3600);
+    assert_eq!(
+        reloader.expiry(not_after - day),
+        Expiry::Soon(day),
+        "a day before expiry"
+    );
+    assert_eq!(reloader.expiry(not_after - 30 * day), Expiry::Valid);
+
+    let mut registry = prometheus_client::registry::Registry::default();
+    reloader.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("tierd_serving_certificate_expiry_timestamp_seconds 1609459200"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn pem_errors_are_in_words() {
+    let dir = temp_dir();
+    let files = files_in(&dir);
+    let good = self_signed();
+    write(&files, "-----BEGIN CERTIFICATE-----\nMIIB\n", &good.key_pem);
+    let error = CertReloader::load(files).await.unwrap_err().to_string();
+    assert!(
+        error.contains("a section has no end line (-----END CERTIFICATE-----)"),
+        "{error}"
+    );
+    assert!(!error.contains('['), "a byte array: {error}");
+    let _ = std::fs::remove_dir_all(dir);
+}
