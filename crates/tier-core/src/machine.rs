@@ -852,6 +852,36 @@ impl TierMachine {
         };
     }
 
+    /// Input: the server answered another call (it is reachable again): a wait after a
+    /// transient error ends now, unless the server asked for it with `Retry-After`.
+    pub fn handle_server_answered(&mut self, now: Instant) {
+        // A `Retry-After` is the server's own request: it stands.
+        if matches!(self.phase, Phase::Waiting { .. })
+            && self
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.class == ErrorClass::Transient && e.retry_after.is_none())
+        {
+            self.phase = Phase::Ready;
+        }
+        self.advance(now);
+    }
+
+    /// The cause of the last failed call, while the Tier is not converged.
+    pub fn failing_with(&self) -> Option<ErrorClass> {
+        self.last_error.as_ref().map(|e| e.class)
+    }
+
+    /// Whether the machine is waiting to retry, about to retry or retrying after a transient
+    /// failure,
+    /// and nothing else (a block, a hold, a call) stands in the way.
+    pub fn is_retrying_transient(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Waiting { .. } | Phase::Ready | Phase::InFlight { .. }
+        ) && self.failing_with() == Some(ErrorClass::Transient)
+    }
+
     /// Input: time has passed (call when `now` reaches [`poll_timeout`](Self::poll_timeout)).
     /// Timers (backoffs, hold-offs, the echo timeout, the end of a contest) fire only here.
     pub fn handle_timeout(&mut self, now: Instant) {
