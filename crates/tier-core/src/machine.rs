@@ -873,8 +873,7 @@ impl TierMachine {
     }
 
     /// Whether the machine is waiting to retry, about to retry or retrying after a transient
-    /// failure,
-    /// and nothing else (a block, a hold, a call) stands in the way.
+    /// failure, and nothing else (a block, a hold-off) stands in the way.
     pub fn is_retrying_transient(&self) -> bool {
         matches!(
             self.phase,
