@@ -59,11 +59,11 @@ pub struct MachineConfig {
     /// Backoff after transient errors (250 ms doubling to 10 s); its cap also bounds the stale
     /// fallback wait.
     pub backoff: Backoff,
-    /// Backoff after a denial that the observed set does not explain (200 ms doubling to 1 s,
+    /// Backoff after a denial that the observed set does not explain (400 ms doubling to 1 s,
     /// so a webhook whose view lags ours by L is retried by L + 1 s).
     pub denied_backoff: Backoff,
     /// Denials in a row, unexplained by the observed set, retried on `denied_backoff`; the
-    /// last warns with a [`TierEvent::Denied`] and later ones wait on `backoff` (default 5,
+    /// last warns with a [`TierEvent::Denied`] and later ones wait on `backoff` (default 4,
     /// about 3 s of retries).
     pub denied_warn_after: u32,
     /// Backoff after Forbidden or Unauthorized (1 s doubling to 60 s).
@@ -83,10 +83,10 @@ impl Default for MachineConfig {
         Self {
             backoff: Backoff::default(),
             denied_backoff: Backoff {
-                initial: Duration::from_millis(200),
+                initial: Duration::from_millis(400),
                 cap: Duration::from_secs(1),
             },
-            denied_warn_after: 5,
+            denied_warn_after: 4,
             forbidden_backoff: Backoff {
                 initial: Duration::from_secs(1),
                 cap: Duration::from_secs(60),

@@ -298,8 +298,9 @@ fn a_denial_the_cache_does_not_explain_retries_on_a_short_backoff() {
         waits.push(next - now);
         now = next;
     }
-    // Fast while a lag can explain it, then the transient backoff (attempt 6: 8 s nominal).
-    let nominal = [200u64, 400, 800, 1000, 1000, 8000];
+    // Fast while a lag can explain it, then the transient backoff (attempt 5: 4 s nominal,
+    // attempt 6: 8 s).
+    let nominal = [400u64, 800, 1000, 1000, 4000, 8000];
     for (wait, nominal) in waits.iter().zip(nominal) {
         let nominal = Duration::from_millis(nominal);
         assert!(*wait >= nominal / 2 && *wait <= nominal, "{waits:?}");
