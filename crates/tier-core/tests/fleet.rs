@@ -161,6 +161,7 @@ fn initialized_latches_per_tier_not_all_at_once() {
     world.put("a", 10, "");
     world.put("b", 99, "");
     fleet.handle_snapshot(&world.snapshot(), t0);
+    assert!(!fleet.is_initialized());
     let mut b_write = None;
     while let Some((id, action)) = fleet.poll_action(t0) {
         b_write = Some((id, action));
@@ -176,6 +177,7 @@ fn initialized_latches_per_tier_not_all_at_once() {
     let status = fleet.status();
     assert!(!status.all_converged());
     assert!(status.initialized, "each Tier converged once: {status:#?}");
+    assert!(fleet.is_initialized());
     assert_eq!(status.initialized_at, Some(t0 + Duration::from_millis(2)));
 }
 
@@ -229,6 +231,7 @@ fn predictions_can_be_turned_off() {
         .find(|t| t.name == "networkops")
         .unwrap();
     assert_eq!(networkops.outcomes.of(ErrorClass::Denied), 1);
+    assert_eq!(networkops.outcomes.failed(), 1);
     assert!(matches!(networkops.state, TierState::Denied { .. }));
 }
 

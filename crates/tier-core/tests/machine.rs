@@ -763,3 +763,52 @@ fn a_hold_outlasting_the_quiet_period_asks_for_no_past_timeout() {
         assert!(wakes < 10);
     }
 }
+
+#[test]
+fn small_getters_say_what_they_mean() {
+    assert_eq!(Action::Create(spec()).verb(), "create");
+    let update = Action::Update {
+        tier: spec(),
+        resource_version: "1".into(),
+    };
+    assert_eq!(update.verb(), "update");
+    let counts = tier_core::OutcomeCounts {
+        ok: 2,
+        stale: 3,
+        transient: 5,
+        denied: 7,
+        forbidden: 11,
+        not_installed: 13,
+    };
+    assert_eq!(counts.failed(), 39);
+    assert_eq!(counts.total(), 41);
+    for (class, n) in ErrorClass::ALL.iter().zip([3, 5, 7, 11, 13]) {
+        assert_eq!(counts.of(*class), n, "{class}");
+    }
+    let tier = || "t".to_owned();
+    assert!(!TierEvent::Created { tier: tier() }.is_warning());
+    assert!(!TierEvent::Corrected { tier: tier() }.is_warning());
+    assert!(!TierEvent::ContestEnded { tier: tier() }.is_warning());
+    assert!(
+        TierEvent::Blocked {
+            tier: tier(),
+            blockers: vec![],
+            reason: String::new()
+        }
+        .is_warning()
+    );
+    assert!(
+        TierEvent::Contested {
+            tier: tier(),
+            streak: 3
+        }
+        .is_warning()
+    );
+    assert!(
+        TierEvent::Denied {
+            tier: tier(),
+            message: String::new()
+        }
+        .is_warning()
+    );
+}
