@@ -49,6 +49,7 @@ fn squatter() -> Blocker {
 fn waits_for_sync_then_creates_once() {
     let t0 = Instant::now();
     let mut m = machine();
+    assert!(!m.is_in_flight());
     assert_eq!(step(&mut m, t0), None);
     m.handle_observation(Observed::Unknown, 0, t0);
     assert_eq!(step(&mut m, t0), None, "no action before sync");
@@ -810,5 +811,27 @@ fn small_getters_say_what_they_mean() {
             message: String::new()
         }
         .is_warning()
+    );
+}
+
+#[test]
+fn a_blocked_tier_that_turns_up_is_updated_whatever_the_stale_prediction() {
+    // Driven by hand (a fleet would clear the prediction itself): the Tier appears with another
+    // priority while the last prediction still names a blocker. A create prediction says
+    // nothing about an update: update now.
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    assert!(m.wants_create());
+    m.handle_blocker(Some(squatter()), t0);
+    assert_eq!(step(&mut m, t0), None);
+    m.handle_observation(present(1, "desc", "4"), 2, t0 + MS);
+    assert!(!m.wants_create());
+    assert_eq!(
+        step(&mut m, t0 + MS),
+        Some(Action::Update {
+            tier: spec(),
+            resource_version: "4".into()
+        })
     );
 }
