@@ -165,28 +165,43 @@ impl Fleet {
 
     /// Output: the next call to make, with the Tier it belongs to. Call until `None`.
     pub fn poll_action(&mut self, now: Instant) -> Option<(TierId, Action)> {
-        // A probe that converged, got blocked or held off hands the outage to another Tier
-        // still retrying a transient failure; with none left, the outage is over.
-        if let Some(probe) = self.probe
-            && !self
+        // Polling the probe can end its retrying (it turns out blocked or held off): then hand
+        // the outage on and poll again, so no Tier waits on a probe that will not call.
+        for _ in 0..=self.machines.len() {
+            self.hand_on_probe();
+            let probe = self.probe;
+            let found = self
                 .machines
-                .get(probe)
-                .is_some_and(TierMachine::is_retrying_transient)
-        {
-            self.probe = self
-                .machines
-                .iter()
-                .position(TierMachine::is_retrying_transient);
+                .iter_mut()
+                .enumerate()
+                .filter(|(id, _)| probe.is_none_or(|p| p == *id))
+                .find_map(|(id, machine)| machine.poll_action(now).map(|action| (id, action)));
+            self.collect_events();
+            if found.is_some() || probe == self.probe_after_hand_on() {
+                return found;
+            }
         }
-        let probe = self.probe;
-        let found = self
+        None
+    }
+
+    /// A probe that converged, got blocked or held off hands the outage to another Tier still
+    /// retrying a transient failure; with none left, the outage is over.
+    fn hand_on_probe(&mut self) {
+        self.probe = self.probe_after_hand_on();
+    }
+
+    fn probe_after_hand_on(&self) -> Option<TierId> {
+        let probe = self.probe?;
+        if self
             .machines
-            .iter_mut()
-            .enumerate()
-            .filter(|(id, _)| probe.is_none_or(|p| p == *id))
-            .find_map(|(id, machine)| machine.poll_action(now).map(|action| (id, action)));
-        self.collect_events();
-        found
+            .get(probe)
+            .is_some_and(TierMachine::is_retrying_transient)
+        {
+            return Some(probe);
+        }
+        self.machines
+            .iter()
+            .position(TierMachine::is_retrying_transient)
     }
 
     /// The Tier probing a server outage, if one is under way: only it retries until the server

@@ -349,3 +349,31 @@ fn an_outage_passes_to_another_probe_when_its_probe_converges() {
     assert_eq!(writes, 4);
     assert_eq!(fleet.probe(), None);
 }
+
+#[test]
+fn a_probe_that_gets_blocked_hands_the_outage_on() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let mut ids = Vec::new();
+    while let Some((id, action)) = fleet.poll_action(t0) {
+        ids.push((id, action));
+    }
+    for (id, _) in &ids {
+        fleet.handle_outcome(*id, Err(WriteError::transient("503")), t0);
+    }
+    let probe = fleet.probe().unwrap();
+    // A squatter takes the probe's priority: the probe is blocked, not retrying.
+    let (_, action) = ids.iter().find(|(id, _)| *id == probe).unwrap();
+    world.put("squatter", action.tier().priority, "");
+    let later = t0 + Duration::from_secs(20);
+    fleet.handle_snapshot(&world.snapshot(), later);
+    fleet.handle_timeout(later);
+    let (next, _) = fleet.poll_action(later).expect("another Tier probes");
+    assert_ne!(next, probe);
+    assert!(matches!(
+        fleet.status().tiers[probe].state,
+        TierState::Blocked { .. }
+    ));
+}

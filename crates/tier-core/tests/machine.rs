@@ -333,6 +333,10 @@ fn a_lost_create_denied_as_overlapping_itself_is_not_blocked() {
         retry,
     );
     assert!(matches!(m.status().state, TierState::Denied { .. }));
+    // No fast retry: it waits for the cache to show the Tier (at the latest the echo timeout).
+    assert_eq!(m.poll_timeout(), Some(retry + 3 * S));
+    m.handle_observation(Observed::Absent, 2, retry + 100 * MS);
+    assert_eq!(step(&mut m, retry + 2 * S), None);
     // The next observation settles it.
     m.handle_observation(present(253, "desc", "3"), 2, retry + 300 * MS);
     assert!(m.is_converged());
@@ -391,6 +395,13 @@ fn not_installed_retries_when_the_cache_lists_again_but_not_in_a_hot_loop() {
     let _ = step(&mut m, t0);
     m.handle_outcome(Err(WriteError::not_installed("404")), t0);
     assert!(matches!(m.status().state, TierState::NotInstalled { .. }));
+    assert_eq!(
+        events(&mut m),
+        [TierEvent::NotInstalled {
+            tier: "baseline".into(),
+            message: "404".into()
+        }]
+    );
     assert_eq!(m.poll_timeout(), Some(t0 + 10 * S));
     // The set changes 10 ms later: the retry waits for the first backoff step.
     m.handle_observation(Observed::Absent, 2, t0 + 10 * MS);
@@ -402,6 +413,33 @@ fn not_installed_retries_when_the_cache_lists_again_but_not_in_a_hot_loop() {
     m.handle_outcome(Err(WriteError::not_installed("404")), t0 + S);
     m.handle_observation(Observed::Absent, 3, t0 + 2 * S);
     assert_eq!(m.poll_action(t0 + 2 * S), Some(Action::Create(spec())));
+    m.handle_outcome(Err(WriteError::not_installed("404")), t0 + 2 * S);
+    assert_eq!(events(&mut m), [], "one event per episode");
+}
+
+#[test]
+fn a_server_answer_ends_a_transient_wait_unless_it_asked_for_one() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Err(WriteError::transient("503")), t0);
+    assert_eq!(m.poll_action(t0 + MS), None);
+    m.handle_server_answered(t0 + MS);
+    assert_eq!(m.poll_action(t0 + MS), Some(Action::Create(spec())));
+    assert_eq!(m.status().outcomes.transient, 1);
+    m.handle_outcome(
+        Err(WriteError::transient("429").with_retry_after(5 * S)),
+        t0 + 2 * MS,
+    );
+    m.handle_server_answered(t0 + 3 * MS);
+    assert_eq!(m.poll_action(t0 + 3 * MS), None, "Retry-After stands");
+    m.handle_outcome(Ok(()), t0 + 3 * MS);
+    assert_eq!(m.status().outcomes.ok, 0, "no call was in flight");
+    let _ = step(&mut m, t0 + 6 * S);
+    m.handle_outcome(Ok(()), t0 + 6 * S);
+    assert_eq!(m.status().outcomes.ok, 1);
+    assert_eq!(m.status().outcomes.total(), 3);
 }
 
 #[test]
