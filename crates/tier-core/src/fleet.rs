@@ -4,7 +4,9 @@
 //! fans a [`Snapshot`] out to the machines, predicts from the observed set which creates the
 //! admission rules would deny (calling [`admission::review`], the one copy of those rules) and
 //! names the Tiers in the way, derives each Tier's jitter seed from one seed, latches
-//! "initialized" per Tier and queues every event. It owns no timer and does no I/O; the async
+//! "initialized" per Tier, queues every event and shares what one call learns about the server:
+//! after a transient failure only one Tier (the *probe*) retries, on its backoff, until the
+//! server answers; then every Tier waiting on a transient backoff retries at once. It owns no timer and does no I/O; the async
 //! [`Driver`](crate::Driver) is a thin loop around it, and tests step it by hand.
 //!
 //! Call order, over and over: inputs ([`handle_snapshot`](Fleet::handle_snapshot),
@@ -24,7 +26,7 @@
 //!     description: String::new(),
 //!     resource_version: "1".into(),
 //! };
-//! fleet.handle_snapshot(Snapshot::synced(1, [squatter]), now);
+//! fleet.handle_snapshot(&Snapshot::synced(1, [squatter]), now);
 //! let mut creates = Vec::new();
 //! while let Some((_, action)) = fleet.poll_action(now) {
 //!     creates.push(action.tier().name.clone());
@@ -42,7 +44,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::admission::{self, AdmissionPolicy, Request};
-use crate::error::WriteError;
+use crate::error::{ErrorClass, WriteError};
 use crate::machine::{Action, Blocker, MachineConfig, TierEvent, TierMachine};
 use crate::observe::{Generation, Snapshot};
 use crate::spec::{DesiredSet, TierSpec};
@@ -83,6 +85,8 @@ pub struct Fleet {
     started_at: Instant,
     initialized_at: Option<Instant>,
     events: VecDeque<TierEvent>,
+    /// During a server outage (a transient failure, no answer since), the one Tier that retries.
+    probe: Option<TierId>,
 }
 
 impl Fleet {
@@ -106,6 +110,7 @@ impl Fleet {
             started_at: now,
             initialized_at: None,
             events: VecDeque::new(),
+            probe: None,
         }
     }
 
@@ -134,8 +139,18 @@ impl Fleet {
     /// Input: the outcome of the call `poll_action` asked `tier` to make. Unknown ids are
     /// ignored.
     pub fn handle_outcome(&mut self, tier: TierId, outcome: Result<(), WriteError>, now: Instant) {
-        if let Some(machine) = self.machines.get_mut(tier) {
-            machine.handle_outcome(outcome, now);
+        let Some(machine) = self.machines.get_mut(tier) else {
+            return;
+        };
+        let transient = matches!(&outcome, Err(e) if e.class == ErrorClass::Transient);
+        machine.handle_outcome(outcome, now);
+        if transient {
+            self.probe.get_or_insert(tier);
+        } else if self.probe.take().is_some() {
+            // The server answered: whoever waits on a transient backoff retries now.
+            for machine in &mut self.machines {
+                machine.handle_server_answered(now);
+            }
         }
         self.latch(now);
     }
@@ -150,13 +165,49 @@ impl Fleet {
 
     /// Output: the next call to make, with the Tier it belongs to. Call until `None`.
     pub fn poll_action(&mut self, now: Instant) -> Option<(TierId, Action)> {
-        let found = self
+        // Polling the probe can end its retrying (it turns out blocked or held off): then hand
+        // the outage on and poll again, so no Tier waits on a probe that will not call.
+        for _ in 0..=self.machines.len() {
+            self.hand_on_probe();
+            let probe = self.probe;
+            let found = self
+                .machines
+                .iter_mut()
+                .enumerate()
+                .filter(|(id, _)| probe.is_none_or(|p| p == *id))
+                .find_map(|(id, machine)| machine.poll_action(now).map(|action| (id, action)));
+            self.collect_events();
+            if found.is_some() || probe == self.probe_after_hand_on() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// A probe that converged, got blocked or held off hands the outage to another Tier still
+    /// retrying a transient failure; with none left, the outage is over.
+    fn hand_on_probe(&mut self) {
+        self.probe = self.probe_after_hand_on();
+    }
+
+    fn probe_after_hand_on(&self) -> Option<TierId> {
+        let probe = self.probe?;
+        if self
             .machines
-            .iter_mut()
-            .enumerate()
-            .find_map(|(id, machine)| machine.poll_action(now).map(|action| (id, action)));
-        self.collect_events();
-        found
+            .get(probe)
+            .is_some_and(TierMachine::is_retrying_transient)
+        {
+            return Some(probe);
+        }
+        self.machines
+            .iter()
+            .position(TierMachine::is_retrying_transient)
+    }
+
+    /// The Tier probing a server outage, if one is under way: only it retries until the server
+    /// answers.
+    pub fn probe(&self) -> Option<TierId> {
+        self.probe
     }
 
     /// Output: the earliest instant at which [`handle_timeout`](Self::handle_timeout) is due.

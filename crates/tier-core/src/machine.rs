@@ -59,11 +59,11 @@ pub struct MachineConfig {
     /// Backoff after transient errors (250 ms doubling to 10 s); its cap also bounds the stale
     /// fallback wait.
     pub backoff: Backoff,
-    /// Backoff after a denial that the observed set does not explain (200 ms doubling to 1 s,
+    /// Backoff after a denial that the observed set does not explain (400 ms doubling to 1 s,
     /// so a webhook whose view lags ours by L is retried by L + 1 s).
     pub denied_backoff: Backoff,
     /// Denials in a row, unexplained by the observed set, retried on `denied_backoff`; the
-    /// last warns with a [`TierEvent::Denied`] and later ones wait on `backoff` (default 5,
+    /// last warns with a [`TierEvent::Denied`] and later ones wait on `backoff` (default 4,
     /// about 3 s of retries).
     pub denied_warn_after: u32,
     /// Backoff after Forbidden or Unauthorized (1 s doubling to 60 s).
@@ -83,10 +83,10 @@ impl Default for MachineConfig {
         Self {
             backoff: Backoff::default(),
             denied_backoff: Backoff {
-                initial: Duration::from_millis(200),
+                initial: Duration::from_millis(400),
                 cap: Duration::from_secs(1),
             },
-            denied_warn_after: 5,
+            denied_warn_after: 4,
             forbidden_backoff: Backoff {
                 initial: Duration::from_secs(1),
                 cap: Duration::from_secs(60),
@@ -850,6 +850,35 @@ impl TierMachine {
             until: now + wait,
             wake,
         };
+    }
+
+    /// Input: the server answered another call (it is reachable again): a wait after a
+    /// transient error ends now, unless the server asked for it with `Retry-After`.
+    pub fn handle_server_answered(&mut self, now: Instant) {
+        // A `Retry-After` is the server's own request: it stands.
+        if matches!(self.phase, Phase::Waiting { .. })
+            && self
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.class == ErrorClass::Transient && e.retry_after.is_none())
+        {
+            self.phase = Phase::Ready;
+        }
+        self.advance(now);
+    }
+
+    /// The cause of the last failed call, while the Tier is not converged.
+    pub fn failing_with(&self) -> Option<ErrorClass> {
+        self.last_error.as_ref().map(|e| e.class)
+    }
+
+    /// Whether the machine is waiting to retry, about to retry or retrying after a transient
+    /// failure, and nothing else (a block, a hold-off) stands in the way.
+    pub fn is_retrying_transient(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Waiting { .. } | Phase::Ready | Phase::InFlight { .. }
+        ) && self.failing_with() == Some(ErrorClass::Transient)
     }
 
     /// Input: time has passed (call when `now` reaches [`poll_timeout`](Self::poll_timeout)).

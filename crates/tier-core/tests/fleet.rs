@@ -161,6 +161,7 @@ fn initialized_latches_per_tier_not_all_at_once() {
     world.put("a", 10, "");
     world.put("b", 99, "");
     fleet.handle_snapshot(&world.snapshot(), t0);
+    assert!(!fleet.is_initialized());
     let mut b_write = None;
     while let Some((id, action)) = fleet.poll_action(t0) {
         b_write = Some((id, action));
@@ -176,6 +177,7 @@ fn initialized_latches_per_tier_not_all_at_once() {
     let status = fleet.status();
     assert!(!status.all_converged());
     assert!(status.initialized, "each Tier converged once: {status:#?}");
+    assert!(fleet.is_initialized());
     assert_eq!(status.initialized_at, Some(t0 + Duration::from_millis(2)));
 }
 
@@ -229,6 +231,7 @@ fn predictions_can_be_turned_off() {
         .find(|t| t.name == "networkops")
         .unwrap();
     assert_eq!(networkops.outcomes.of(ErrorClass::Denied), 1);
+    assert_eq!(networkops.outcomes.failed(), 1);
     assert!(matches!(networkops.state, TierState::Denied { .. }));
 }
 
@@ -259,19 +262,118 @@ fn the_limit_of_distinct_priorities_blocks_without_naming_one_tier() {
 }
 
 #[test]
-fn tiers_get_different_seeds_and_timeouts_come_from_the_machines() {
+fn tiers_get_different_seeds_and_an_outage_is_probed_by_one_tier() {
     let t0 = Instant::now();
     let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
     fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
-    let mut deadlines = Vec::new();
+    // Six creates in flight at once; the server fails them all (503).
+    let mut ids = Vec::new();
     while let Some((id, _)) = fleet.poll_action(t0) {
+        ids.push(id);
+    }
+    assert_eq!(ids.len(), 6);
+    for id in ids {
         fleet.handle_outcome(id, Err(WriteError::transient("503")), t0);
     }
-    for machine in fleet.machines() {
-        deadlines.push(machine.poll_timeout().unwrap());
-    }
+    let mut deadlines: Vec<Instant> = fleet
+        .machines()
+        .iter()
+        .map(|m| m.poll_timeout().unwrap())
+        .collect();
     assert_eq!(fleet.poll_timeout(), deadlines.iter().min().copied());
     deadlines.sort();
     deadlines.dedup();
-    assert!(deadlines.len() > 1, "every Tier retried at one offset");
+    assert_eq!(deadlines.len(), 6, "Tiers retried at one offset");
+    // While the server is down only the probe retries, however much time passes.
+    let probe = fleet.probe().expect("an outage");
+    let later = t0 + Duration::from_secs(20);
+    fleet.handle_timeout(later);
+    let (id, _) = fleet.poll_action(later).expect("the probe retries");
+    assert_eq!(id, probe);
+    assert_eq!(
+        fleet.poll_action(later),
+        None,
+        "the others wait for the probe"
+    );
+    fleet.handle_outcome(id, Err(WriteError::transient("503")), later);
+    assert_eq!(
+        fleet.poll_action(later),
+        None,
+        "the probe waits on its backoff"
+    );
+    // The server answers the probe: everyone retries at once.
+    let next = fleet.poll_timeout().unwrap();
+    fleet.handle_timeout(next);
+    let (id, _) = fleet.poll_action(next).unwrap();
+    assert_eq!(id, probe);
+    fleet.handle_outcome(id, Ok(()), next);
+    assert_eq!(fleet.probe(), None);
+    let mut others = 0;
+    while fleet.poll_action(next).is_some() {
+        others += 1;
+    }
+    assert_eq!(others, 5);
+}
+
+#[test]
+fn an_outage_passes_to_another_probe_when_its_probe_converges() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let mut ids = Vec::new();
+    while let Some((id, action)) = fleet.poll_action(t0) {
+        ids.push((id, action));
+    }
+    for (id, _) in &ids {
+        fleet.handle_outcome(*id, Err(WriteError::transient("503")), t0);
+    }
+    let probe = fleet.probe().unwrap();
+    // Someone else creates the probe's Tier: it converges without a call, and another Tier
+    // still retrying takes over as the probe.
+    let (_, action) = ids.iter().find(|(id, _)| *id == probe).unwrap();
+    world.perform(action).unwrap();
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let later = t0 + Duration::from_secs(20);
+    fleet.handle_timeout(later);
+    let (next, _) = fleet.poll_action(later).expect("the new probe retries");
+    assert_ne!(next, probe);
+    assert_eq!(fleet.probe(), Some(next));
+    assert_eq!(fleet.poll_action(later), None);
+    // Once the server answers, the remaining four go at once.
+    fleet.handle_outcome(next, Ok(()), later);
+    let mut writes = 0;
+    while fleet.poll_action(later).is_some() {
+        writes += 1;
+    }
+    assert_eq!(writes, 4);
+    assert_eq!(fleet.probe(), None);
+}
+
+#[test]
+fn a_probe_that_gets_blocked_hands_the_outage_on() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let mut ids = Vec::new();
+    while let Some((id, action)) = fleet.poll_action(t0) {
+        ids.push((id, action));
+    }
+    for (id, _) in &ids {
+        fleet.handle_outcome(*id, Err(WriteError::transient("503")), t0);
+    }
+    let probe = fleet.probe().unwrap();
+    // A squatter takes the probe's priority: the probe is blocked, not retrying.
+    let (_, action) = ids.iter().find(|(id, _)| *id == probe).unwrap();
+    world.put("squatter", action.tier().priority, "");
+    let later = t0 + Duration::from_secs(20);
+    fleet.handle_snapshot(&world.snapshot(), later);
+    fleet.handle_timeout(later);
+    let (next, _) = fleet.poll_action(later).expect("another Tier probes");
+    assert_ne!(next, probe);
+    assert!(matches!(
+        fleet.status().tiers[probe].state,
+        TierState::Blocked { .. }
+    ));
 }
