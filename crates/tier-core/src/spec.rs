@@ -23,6 +23,10 @@ use serde::{Deserialize, Serialize};
 /// The highest priority a Tier may have (the CRD's schema maximum).
 pub const MAX_PRIORITY: i64 = 255;
 
+/// Antrea's `cnpAdminTierPriority`: the priority reserved for new Tiers while Antrea's
+/// `ClusterNetworkPolicy` feature gate is on (see [`ValidationRules::cluster_network_policy`]).
+pub const CNP_ADMIN_TIER_PRIORITY: i64 = 220;
+
 /// The longest name a DNS-1123 subdomain may have.
 const MAX_NAME_LEN: usize = 253;
 
@@ -60,6 +64,17 @@ pub struct ValidationRules {
     pub reserved_priorities: BTreeSet<i64>,
     /// The most distinct priorities a cluster supports (Antrea: 20).
     pub max_distinct_priorities: usize,
+    /// Antrea's `ClusterNetworkPolicy` feature gate (off by default, as in Antrea): when on, no
+    /// new Tier may take [`CNP_ADMIN_TIER_PRIORITY`]. A Tier already there may stay.
+    pub cluster_network_policy: bool,
+}
+
+impl ValidationRules {
+    /// Whether a new Tier at `priority` is refused because the `ClusterNetworkPolicy` gate
+    /// reserves it.
+    pub fn reserved_for_cluster_network_policy(&self, priority: i64) -> bool {
+        self.cluster_network_policy && priority == CNP_ADMIN_TIER_PRIORITY
+    }
 }
 
 impl Default for ValidationRules {
@@ -67,6 +82,7 @@ impl Default for ValidationRules {
         Self {
             reserved_priorities: [251, 252, 254, 255].into_iter().collect(),
             max_distinct_priorities: 20,
+            cluster_network_policy: false,
         }
     }
 }
@@ -80,6 +96,8 @@ pub enum Rule {
     PriorityOutOfRange,
     /// The priority is in the reserved set.
     ReservedPriority,
+    /// The priority is [`CNP_ADMIN_TIER_PRIORITY`] and the `ClusterNetworkPolicy` gate is on.
+    ReservedForClusterNetworkPolicy,
     /// Another desired Tier has the same name.
     DuplicateName,
     /// Another desired Tier has the same priority.
@@ -113,6 +131,11 @@ impl fmt::Display for Rule {
             Rule::InvalidName(why) => write!(f, "not a DNS-1123 subdomain: {why}"),
             Rule::PriorityOutOfRange => write!(f, "must be between 0 and {MAX_PRIORITY}"),
             Rule::ReservedPriority => write!(f, "is reserved; choose another priority"),
+            Rule::ReservedForClusterNetworkPolicy => write!(
+                f,
+                "is reserved for upstream ClusterNetworkPolicy while the ClusterNetworkPolicy \
+                 feature gate is on; choose another priority"
+            ),
             Rule::DuplicateName => write!(f, "name appears more than once"),
             Rule::DuplicatePriority { holder } => {
                 write!(f, "priority is already used by tier {holder:?}")
@@ -260,6 +283,8 @@ fn violations(tiers: &[TierSpec], rules: &ValidationRules) -> Vec<Violation> {
             push("priority", Rule::PriorityOutOfRange);
         } else if rules.reserved_priorities.contains(&tier.priority) {
             push("priority", Rule::ReservedPriority);
+        } else if rules.reserved_for_cluster_network_policy(tier.priority) {
+            push("priority", Rule::ReservedForClusterNetworkPolicy);
         }
         match priorities.get(&tier.priority) {
             Some(holder) => push(
@@ -410,6 +435,7 @@ mod tests {
         let rules = ValidationRules {
             reserved_priorities: BTreeSet::from([7]),
             max_distinct_priorities: 1,
+            ..ValidationRules::default()
         };
         let err = DesiredSet::new(
             vec![TierSpec::new("a", 7, ""), TierSpec::new("b", 254, "")],
@@ -422,6 +448,23 @@ mod tests {
             err.violations()[1].rule,
             Rule::TooManyPriorities { count: 2, max: 1 }
         ));
+    }
+
+    #[test]
+    fn the_cluster_network_policy_gate_reserves_220() {
+        let at_220 = || vec![TierSpec::new("mine", CNP_ADMIN_TIER_PRIORITY, "")];
+        assert!(set(at_220()).is_ok(), "the gate is off by default");
+        let gated = ValidationRules {
+            cluster_network_policy: true,
+            ..ValidationRules::default()
+        };
+        let err = DesiredSet::new(at_220(), &gated).unwrap_err();
+        assert_eq!(
+            err.violations()[0].rule,
+            Rule::ReservedForClusterNetworkPolicy
+        );
+        assert!(err.to_string().contains("feature gate"), "{err}");
+        assert!(DesiredSet::new(DesiredSet::antrea().tiers().to_vec(), &gated).is_ok());
     }
 
     #[test]
