@@ -106,6 +106,14 @@ pub trait ReferenceIndex: Send + Sync {
     fn references(&self, tier: &str) -> Option<usize>;
 }
 
+/// A synced index holding fixed counts (for tests, benchmarks, and embedders that know no policy
+/// can exist); a Tier not in the map has no references.
+impl ReferenceIndex for std::collections::BTreeMap<String, usize> {
+    fn references(&self, tier: &str) -> Option<usize> {
+        Some(self.get(tier).copied().unwrap_or(0))
+    }
+}
+
 /// A Tier write to review.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request<'a> {

@@ -6,6 +6,8 @@
 //!   kube-runtime watcher and reflector; it also exposes the reflector's store and watch health.
 //! - [`writer`]: [`KubeWriter`], the [`TierWriter`](tier_core::TierWriter) port (POST to create,
 //!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
+//! - [`policies`]: [`PolicyCache`], Antrea ClusterNetworkPolicies and NetworkPolicies indexed
+//!   by raw `spec.tier`, for the webhook's DELETE rule (a missing CRD counts as synced and empty).
 //! - [`classify`]: `kube::Error` and HTTP answers to the core's
 //!   [`WriteError`](tier_core::WriteError) classes, with `Retry-After`.
 //! - [`events`]: Kubernetes Events for created, corrected, blocked and contested Tiers.
@@ -31,9 +33,11 @@ pub mod client;
 pub mod crd;
 pub mod events;
 pub mod lister;
+pub mod policies;
 pub mod writer;
 
 pub use client::{ClientError, ClientOptions};
 pub use crd::{CrdError, Tier};
 pub use lister::{KubeLister, ListerError, WatchStats};
+pub use policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache};
 pub use writer::{KubeWriter, WriterConfig};

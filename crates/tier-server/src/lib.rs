@@ -60,4 +60,4 @@ pub use health::HealthConfig;
 pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
 pub use server::{Routes, ServeError, Server};
 pub use tls::{CertFiles, CertReloader, TlsError, TlsListener};
-pub use webhook::Webhook;
+pub use webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};

@@ -153,6 +153,7 @@ async fn readyz_set_is_configurable() {
     let config = HealthConfig {
         livez: vec![],
         readyz: vec!["system-tiers".into(), "shutdown".into()],
+        ..HealthConfig::default()
     };
     let router = Routes::new(f.readiness.clone())
         .health(config)
