@@ -87,12 +87,29 @@ fn pending(status: &Status) -> String {
         .collect()
 }
 
-/// The desired set: the `--tiers` file, or Antrea's six.
+/// The desired set: the `--tiers` file, or Antrea's six; either way checked against the rules
+/// the `--feature-gates` select (a Tier at 220 with `ClusterNetworkPolicy=true` is an input
+/// error, exit 2).
 pub fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
-    match &args.tiers {
-        Some(path) => Ok(tiers_file::load(path)?),
-        None => Ok(DesiredSet::antrea()),
-    }
+    let Some(path) = &args.tiers else {
+        return Ok(DesiredSet::antrea());
+    };
+    let set = tiers_file::load(path)?;
+    // The file is valid under Antrea's default rules; the gates may reserve more.
+    DesiredSet::new(set.tiers().to_vec(), &args.feature_gates.rules()).map_err(|error| {
+        CommandError::Tiers(tiers_file::TiersFileError::Invalid {
+            path: path.clone(),
+            problems: error
+                .violations()
+                .iter()
+                .map(|v| tiers_file::Problem {
+                    tier: v.tier.clone(),
+                    field: v.field.to_owned(),
+                    rule: v.rule.to_string(),
+                })
+                .collect(),
+        })
+    })
 }
 
 /// The client options the flags select.
