@@ -51,7 +51,7 @@ fn rbac_is_least_privilege() {
     let docs = documents("rbac.yaml");
     let role = kind(&docs, "ClusterRole");
     let rules = role["rules"].as_sequence().unwrap();
-    assert_eq!(rules.len(), 2);
+    assert_eq!(rules.len(), 3);
     assert_eq!(strings(&rules[0]["apiGroups"]), ["crd.antrea.io"]);
     assert_eq!(strings(&rules[0]["resources"]), ["tiers"]);
     assert_eq!(
@@ -60,6 +60,17 @@ fn rbac_is_least_privilege() {
     );
     assert_eq!(strings(&rules[1]["resources"]), ["events"]);
     assert_eq!(strings(&rules[1]["verbs"]), ["create", "patch"]);
+    // Antrea's policies: read-only, for the webhook's DELETE rule.
+    let policies = rules
+        .iter()
+        .find(|r| strings(&r["resources"]).contains(&"networkpolicies"))
+        .expect("a rule for Antrea's policies");
+    assert_eq!(strings(&policies["apiGroups"]), ["crd.antrea.io"]);
+    assert_eq!(
+        strings(&policies["resources"]),
+        ["clusternetworkpolicies", "networkpolicies"]
+    );
+    assert_eq!(strings(&policies["verbs"]), ["get", "list", "watch"]);
     let binding = kind(&docs, "ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["name"].as_str(), Some("tierd"));
     assert_eq!(
