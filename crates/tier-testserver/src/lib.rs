@@ -15,7 +15,9 @@
 //! recorded in a [`RequestLog`].
 //!
 //! Code map: `server` (listener, connections, [`TestApiServer`]), `api` (routing,
-//! authentication, faults, logging), `tiers` and `watch` (the Tier verbs), `store`
+//! authentication, faults, logging), `tiers` and `watch` (the Tier verbs; `watch` also serves
+//! the policy watches), [`policies`] (Antrea's ClusterNetworkPolicies and NetworkPolicies, 404
+//! when "not installed"), `store`
 //! (storage, resourceVersions, history), `tier` (the CRD schema), `antrea` (Antrea's system
 //! Tiers and webhook rules), `admission` (admission modes and the webhook client),
 //! `events`, `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
@@ -56,6 +58,7 @@ mod faults;
 mod kubeconfig;
 mod log;
 mod patch;
+pub mod policies;
 mod reply;
 mod selector;
 mod server;
@@ -71,6 +74,7 @@ pub use config::{AdmissionMode, FailurePolicy, ServerConfig, WebhookConfig};
 pub use error::Error;
 pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
 pub use log::{Endpoint, RequestLog, RequestRecord};
+pub use policies::{Policies, PolicyResource};
 pub use server::TestApiServer;
 pub use status::{Cause, ResourceName, StatusError};
 pub use store::{EventsApi, Store};

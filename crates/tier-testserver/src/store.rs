@@ -1,4 +1,4 @@
-//! Storage: Tiers and recorded Events, the global resourceVersion, and the retained change
+//! Storage: Tiers, Antrea's policies ([`Policies`]) and recorded Events, the global resourceVersion, and the retained change
 //! history that watches replay and consistent list pages are rebuilt from.
 //!
 //! [`Store`] is also the "other actors" API: tests write Tiers through it at any time,
@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::policies::Policies;
 use crate::status::{ResourceName, StatusError};
 use crate::tier::{self, API_VERSION, KIND, TIERS};
 use crate::util::{
@@ -103,6 +104,7 @@ pub struct Store {
 struct Inner {
     state: Mutex<State>,
     changes: broadcast::Sender<Arc<Change>>,
+    policies: Policies,
 }
 
 struct State {
@@ -144,8 +146,14 @@ impl Store {
                     events: Vec::new(),
                 }),
                 changes,
+                policies: Policies::default(),
             }),
         }
+    }
+
+    /// Antrea's policy resources (ClusterNetworkPolicies and NetworkPolicies).
+    pub fn policies(&self) -> Policies {
+        self.inner.policies.clone()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
