@@ -65,8 +65,6 @@ pub trait PolicyKind: Clone + fmt::Debug + Send + Sync + 'static {
     const KIND: &'static str;
     /// The resource (plural), e.g. `clusternetworkpolicies`.
     const PLURAL: &'static str;
-    /// The readiness check that reports this cache, e.g. `acnp-cache-synced`.
-    const CHECK: &'static str;
     /// What a person calls these policies, e.g. `Antrea ClusterNetworkPolicies`.
     const NOUN: &'static str;
     /// Cluster-scoped or namespaced.
@@ -80,7 +78,6 @@ pub struct ClusterNetworkPolicies;
 impl PolicyKind for ClusterNetworkPolicies {
     const KIND: &'static str = "ClusterNetworkPolicy";
     const PLURAL: &'static str = "clusternetworkpolicies";
-    const CHECK: &'static str = "acnp-cache-synced";
     const NOUN: &'static str = "Antrea ClusterNetworkPolicies";
     type Scope = ClusterResourceScope;
 }
@@ -92,7 +89,6 @@ pub struct NetworkPolicies;
 impl PolicyKind for NetworkPolicies {
     const KIND: &'static str = "NetworkPolicy";
     const PLURAL: &'static str = "networkpolicies";
-    const CHECK: &'static str = "annp-cache-synced";
     const NOUN: &'static str = "Antrea NetworkPolicies";
     type Scope = NamespaceResourceScope;
 }
@@ -251,7 +247,8 @@ struct Shared {
 /// [module docs](self). Cheap to clone; the watch task stops when the last clone is dropped.
 pub struct PolicyCache<K> {
     shared: Arc<RwLock<Shared>>,
-    synced: watch::Receiver<bool>,
+    /// Bumped after every change of the index or the state.
+    version: watch::Receiver<u64>,
     task: Arc<TaskGuard>,
     kind: PhantomData<K>,
 }
@@ -260,7 +257,7 @@ impl<K> Clone for PolicyCache<K> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
-            synced: self.synced.clone(),
+            version: self.version.clone(),
             task: Arc::clone(&self.task),
             kind: PhantomData,
         }
@@ -314,9 +311,9 @@ impl<K: PolicyKind> PolicyCache<K> {
         backoff: impl Backoff + 'static,
     ) -> Result<Self, ListerError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
-        let (cache, synced_tx) = Self::detached();
+        let (cache, version) = Self::detached();
         let events = watcher::watcher(api, config).backoff(backoff);
-        let task = runtime.spawn(drive(events, Arc::clone(&cache.shared), synced_tx));
+        let task = runtime.spawn(drive(events, Arc::clone(&cache.shared), version));
         Ok(Self {
             task: Arc::new(TaskGuard(Some(task))),
             ..cache
@@ -326,7 +323,7 @@ impl<K: PolicyKind> PolicyCache<K> {
     /// A cache fed by hand instead of a watch: already synced, holding `policies` (for tests
     /// and benchmarks of the code that reads it).
     pub fn from_policies(policies: impl IntoIterator<Item = PolicyRef<K>>) -> Self {
-        let (cache, synced) = Self::detached();
+        let (cache, version) = Self::detached();
         {
             let mut shared = cache.write();
             for policy in policies {
@@ -334,22 +331,22 @@ impl<K: PolicyKind> PolicyCache<K> {
             }
             shared.state = CacheState::Synced;
         }
-        synced.send_replace(true);
+        version.send_replace(1);
         cache
     }
 
-    fn detached() -> (Self, watch::Sender<bool>) {
-        let (synced_tx, synced) = watch::channel(false);
+    fn detached() -> (Self, watch::Sender<u64>) {
+        let (version_tx, version) = watch::channel(0);
         let cache = Self {
             shared: Arc::new(RwLock::new(Shared {
                 index: Index::default(),
                 state: CacheState::Unsynced(None),
             })),
-            synced,
+            version,
             task: Arc::new(TaskGuard(None)),
             kind: PhantomData,
         };
-        (cache, synced_tx)
+        (cache, version_tx)
     }
 
     /// What the cache knows now.
@@ -374,8 +371,25 @@ impl<K: PolicyKind> PolicyCache<K> {
 
     /// Resolves once the cache is synced; never if the watch task is gone before that.
     pub async fn wait_synced(&self) {
-        let mut synced = self.synced.clone();
-        if synced.wait_for(|s| *s).await.is_err() {
+        loop {
+            let seen = self.version();
+            if self.is_synced() {
+                return;
+            }
+            self.changed(seen).await;
+        }
+    }
+
+    /// A counter bumped after every change of the index or the state.
+    pub fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+
+    /// Resolves once [`version`](Self::version) is greater than `seen`; never if the watch task
+    /// is gone.
+    pub async fn changed(&self, seen: u64) {
+        let mut version = self.version.clone();
+        if version.wait_for(|v| *v > seen).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -431,7 +445,7 @@ fn not_installed(error: &watcher::Error) -> bool {
 }
 
 /// Polls the watch forever, keeping the index.
-async fn drive<K, S>(events: S, shared: Arc<RwLock<Shared>>, synced: watch::Sender<bool>)
+async fn drive<K, S>(events: S, shared: Arc<RwLock<Shared>>, version: watch::Sender<u64>)
 where
     K: PolicyKind,
     S: futures::Stream<Item = Result<watcher::Event<PolicyRef<K>>, watcher::Error>>,
@@ -441,6 +455,10 @@ where
     let mut relist: Option<Index> = None;
     while let Some(event) = events.next().await {
         let mut guard = shared.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = !matches!(
+            event,
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_))
+        );
         match event {
             Ok(watcher::Event::Init) => relist = Some(Index::default()),
             Ok(watcher::Event::InitApply(policy)) => {
@@ -456,7 +474,6 @@ where
                     policies = guard.index.tiers.len(),
                     "policy cache listed"
                 );
-                synced.send_replace(true);
             }
             Ok(watcher::Event::Apply(policy)) => guard.index.apply(policy.key(), policy.tier),
             Ok(watcher::Event::Delete(policy)) => guard.index.delete(&policy.key()),
@@ -471,7 +488,6 @@ where
                 relist = None;
                 guard.index = Index::default();
                 guard.state = CacheState::NotInstalled;
-                synced.send_replace(true);
             }
             Err(error) => {
                 tracing::warn!(kind = K::KIND, %error, "policy watch failed; retrying with backoff");
@@ -479,6 +495,10 @@ where
                     *last = Some(error.to_string());
                 }
             }
+        }
+        drop(guard);
+        if changed {
+            version.send_modify(|v| *v += 1);
         }
     }
 }
