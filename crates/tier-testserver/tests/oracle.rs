@@ -51,7 +51,11 @@ fn priority() -> impl Strategy<Value = i64> {
 fn case() -> impl Strategy<Value = Case> {
     (
         prop::collection::vec((name(), priority()), 0..24),
-        prop::sample::select(vec![Operation::Create, Operation::Update, Operation::Delete]),
+        prop::sample::select(vec![
+            Operation::Create,
+            Operation::Update,
+            Operation::Delete,
+        ]),
         name(),
         priority(),
         priority(),
@@ -154,7 +158,11 @@ fn the_facts_agree() {
     assert_eq!(core, oracle);
     let rules = ValidationRules::default();
     assert_eq!(
-        rules.reserved_priorities.iter().copied().collect::<Vec<_>>(),
+        rules
+            .reserved_priorities
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
         antrea::RESERVED_PRIORITIES
     );
     assert_eq!(rules.max_distinct_priorities, antrea::MAX_TIERS);
