@@ -7,8 +7,6 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
 use tier_tests::{Cluster, PATIENCE, Tierd, Tls};
 use tier_testserver::policies::policy;
 use tier_testserver::{AdmissionMode, PolicyResource, ServerConfig, WebhookConfig};
@@ -51,21 +49,7 @@ async fn create(cluster: &Cluster, name: &str, priority: i64) -> (u16, String) {
 
 /// Alice deletes a Tier through the API server.
 async fn delete(cluster: &Cluster, name: &str) -> (u16, String) {
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let request = hyper::Request::delete(format!("{}/{name}", tiers_url(cluster)))
-        .header("authorization", format!("Bearer {ALICE}"))
-        .body(Empty::new())
-        .unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
-        .await
-        .unwrap()
-        .unwrap();
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    tier_tests::delete(&format!("{}/{name}", tiers_url(cluster)), ALICE).await
 }
 
 /// Retries `delete` until it answers 200, within [`PATIENCE`]; the last answer otherwise.

@@ -22,7 +22,7 @@ use crate::faults::Verb;
 use crate::reply::{self, ResponseBody};
 use crate::server::Shared;
 use crate::status::{ResourceName, StatusError};
-use crate::store::{Change, ChangeType, Subscription};
+use crate::store::{self, Change, ChangeType, Subscription};
 use crate::tier::{API_VERSION, GROUP};
 use crate::tiers::{self, TierRequest};
 use crate::util::{metadata_mut, new_uid, now_rfc3339, object_name};
@@ -328,18 +328,7 @@ impl Feed for PolicyFeed {
                 .filter(|c| c.rv > from)
                 .cloned()
                 .collect(),
-            _ => slot
-                .objects
-                .values()
-                .map(|obj| {
-                    Arc::new(Change {
-                        rv: state.rv,
-                        kind: ChangeType::Added,
-                        object: obj.clone(),
-                        old: None,
-                    })
-                })
-                .collect(),
+            _ => store::added(slot.objects.values(), state.rv),
         };
         Ok(Subscription {
             initial,
@@ -353,15 +342,7 @@ impl Feed for PolicyFeed {
         receiver: &mut broadcast::Receiver<Arc<Change>>,
     ) -> Result<(u64, Vec<Arc<Change>>), broadcast::error::TryRecvError> {
         let state = self.policies.state();
-        let mut pending = Vec::new();
-        loop {
-            match receiver.try_recv() {
-                Ok(change) => pending.push(change),
-                Err(broadcast::error::TryRecvError::Empty) => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((state.rv, pending))
+        Ok((state.rv, store::drain(receiver)?))
     }
 
     fn resource_version(&self) -> u64 {

@@ -455,18 +455,7 @@ impl Store {
                     .cloned()
                     .collect()
             }
-            _ => state
-                .tiers
-                .values()
-                .map(|obj| {
-                    Arc::new(Change {
-                        rv: object_rv(obj).and_then(parse_rv).unwrap_or(state.rv),
-                        kind: ChangeType::Added,
-                        object: obj.clone(),
-                        old: None,
-                    })
-                })
-                .collect(),
+            _ => added(state.tiers.values(), state.rv),
         };
         Ok(Subscription {
             initial,
@@ -482,15 +471,7 @@ impl Store {
         receiver: &mut broadcast::Receiver<Arc<Change>>,
     ) -> Result<(u64, Vec<Arc<Change>>), broadcast::error::TryRecvError> {
         let state = self.state();
-        let mut pending = Vec::new();
-        loop {
-            match receiver.try_recv() {
-                Ok(change) => pending.push(change),
-                Err(broadcast::error::TryRecvError::Empty) => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((state.rv, pending))
+        Ok((state.rv, drain(receiver)?))
     }
 
     /// Records a new Event (POST): 409 AlreadyExists when the name is taken.
@@ -652,6 +633,35 @@ fn find_event(state: &State, api: EventsApi, namespace: &str, name: &str) -> Opt
             && e.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
             && object_name(e) == Some(name)
     })
+}
+
+/// Synthetic ADDED changes for `objects`, at their own resourceVersion (else `rv`): what a
+/// watch from "now" sends first.
+pub(crate) fn added<'a>(objects: impl Iterator<Item = &'a Value>, rv: u64) -> Vec<Arc<Change>> {
+    objects
+        .map(|obj| {
+            Arc::new(Change {
+                rv: object_rv(obj).and_then(parse_rv).unwrap_or(rv),
+                kind: ChangeType::Added,
+                object: obj.clone(),
+                old: None,
+            })
+        })
+        .collect()
+}
+
+/// Every change already queued for `receiver`.
+pub(crate) fn drain(
+    receiver: &mut broadcast::Receiver<Arc<Change>>,
+) -> Result<Vec<Arc<Change>>, broadcast::error::TryRecvError> {
+    let mut pending = Vec::new();
+    loop {
+        match receiver.try_recv() {
+            Ok(change) => pending.push(change),
+            Err(broadcast::error::TryRecvError::Empty) => return Ok(pending),
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Parses a resourceVersion string.

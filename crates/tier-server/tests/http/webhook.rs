@@ -186,6 +186,22 @@ async fn denied(server: &Running, body: &Value, message: &str) {
     assert_eq!(response["status"].get("code"), None);
 }
 
+/// Asserts a retryable not-synced refusal with `message`, in a well-formed review.
+async fn not_synced(server: &Running, body: &Value, message: &str) {
+    let response = send(server, body).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        response["status"],
+        json!({
+            "status": "Failure",
+            "code": 503,
+            "reason": "ServiceUnavailable",
+            "message": message,
+            "details": {"retryAfterSeconds": 1},
+        })
+    );
+}
+
 #[tokio::test]
 async fn create_rules() {
     let f = fixture(system_tiers()).await;
@@ -308,18 +324,7 @@ async fn only_delete_waits_for_the_policy_caches() {
     )
     .await;
     // A delete is refused, retryably, in a well-formed review.
-    let response = send(&f.server, &delete("u3", "mine")).await;
-    assert_eq!(response["allowed"], false);
-    assert_eq!(
-        response["status"],
-        json!({
-            "status": "Failure",
-            "code": 503,
-            "reason": "ServiceUnavailable",
-            "message": POLICIES_NOT_SYNCED,
-            "details": {"retryAfterSeconds": 1},
-        })
-    );
+    not_synced(&f.server, &delete("u3", "mine"), POLICIES_NOT_SYNCED).await;
     f.annps.set(Some(&[]));
     allowed(&f.server, &delete("u4", "mine")).await;
     f.server.stop().await.unwrap();
@@ -487,18 +492,7 @@ async fn before_the_cache_syncs_every_review_is_a_retryable_denial() {
         update("u2", "baseline", CONTROLLER, (1, ""), (253, "")),
         delete("u3", "mine"),
     ] {
-        let response = send(&f.server, &body).await;
-        assert_eq!(response["allowed"], false);
-        assert_eq!(
-            response["status"],
-            json!({
-                "status": "Failure",
-                "code": 503,
-                "reason": "ServiceUnavailable",
-                "message": NOT_SYNCED,
-                "details": {"retryAfterSeconds": 1},
-            })
-        );
+        not_synced(&f.server, &body, NOT_SYNCED).await;
     }
     f.lister.set(system_tiers());
     allowed(&f.server, &create("u4", "mine", 10)).await;
