@@ -3,8 +3,8 @@
 //! (`networkpolicies.crd.antrea.io`, namespaced), v1beta1.
 //!
 //! Served as far as a Tier webhook's policy cache and the tests need: list (all namespaces, or
-//! one; paged with `limit`/`continue`), watch (through the Tier watch machinery, the crate-private `watch::Feed`), get,
-//! create and delete. Objects are stored as sent (only metadata is filled in); no schema is
+//! one; paged with `limit`/`continue`), watch (through the Tier watch machinery, the
+//! crate-private `watch::Feed`), get, create and delete. Objects are stored as sent (only metadata is filled in); no schema is
 //! enforced beyond a name. A resource that is not installed answers every request with 404, as
 //! kube-apiserver does for a CRD that does not exist; [`Policies::uninstall`] deletes its objects
 //! (emitting DELETED to open watches) and [`Policies::install`] brings it back empty.
