@@ -180,3 +180,45 @@ async fn two_concurrent_user_creates_at_one_priority_exactly_one_passes() {
         }
     }
 }
+
+#[tokio::test]
+async fn feature_gates_are_input_checked_before_any_request() {
+    let cluster = Cluster::antrea().await;
+    let unknown = cluster
+        .tierd(&[
+            "plan",
+            "--feature-gates",
+            "ClusterNetworkPolicy=true,Nope=true",
+        ])
+        .await;
+    assert_eq!(unknown.code(), 2, "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("unrecognized feature gate: Nope"),
+        "{}",
+        unknown.stderr
+    );
+    let file = tier_tests::TempFile::with(
+        "tiers-220",
+        "yaml",
+        "tiers:\n  - name: admin\n    priority: 220\n",
+    );
+    let path = file.0.to_str().unwrap();
+    let gated = cluster
+        .tierd(&[
+            "ensure",
+            "--tiers",
+            path,
+            "--feature-gates",
+            "ClusterNetworkPolicy=true",
+        ])
+        .await;
+    assert_eq!(gated.code(), 2, "{}", gated.stderr);
+    assert!(
+        gated
+            .stderr
+            .contains("tier admin: priority: is reserved for upstream ClusterNetworkPolicy"),
+        "{}",
+        gated.stderr
+    );
+    assert!(cluster.server.requests().is_empty(), "no request was sent");
+}
