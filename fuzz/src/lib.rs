@@ -6,6 +6,7 @@
 
 pub mod review;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -13,8 +14,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
-use tier_server::readiness::{ListerSynced, TIER_CACHE_SYNCED};
-use tier_server::{Readiness, Webhook};
+use tier_server::readiness::{
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckState, ListerSynced, TIER_CACHE_SYNCED, from_fn,
+};
+use tier_server::{PolicyReferences, Readiness, Webhook};
 
 /// The controller user of the policy under test.
 pub const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
@@ -60,8 +63,14 @@ pub fn webhook() -> &'static Webhook {
             ],
         )));
         let readiness = Readiness::new();
-        readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+        readiness
+            .register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()))
+            .register(ACNP_CACHE_SYNCED, from_fn(|| CheckState::Ok))
+            .register(ANNP_CACHE_SYNCED, from_fn(|| CheckState::Ok));
+        // No policy references any Tier.
+        let none = Arc::new(BTreeMap::<String, usize>::new());
         Webhook::new(lister, AdmissionPolicy::antrea(CONTROLLER), &readiness)
+            .policy_references(PolicyReferences::new(none.clone(), none))
     })
 }
 

@@ -376,15 +376,33 @@ impl Tierd {
 /// POSTs `body` as JSON to `url` (plain HTTP) with a bearer `token`: status code and body.
 pub async fn post_json(url: &str, token: &str, body: &Value) -> (u16, String) {
     use http_body_util::Full;
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
 
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let request = hyper::Request::post(url)
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {token}"))
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
+    send(request).await
+}
+
+/// DELETEs `url` (plain HTTP) with a bearer `token`: status code and body.
+pub async fn delete(url: &str, token: &str) -> (u16, String) {
+    use http_body_util::Full;
+
+    let request = hyper::Request::delete(url)
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    send(request).await
+}
+
+/// Sends `request` over plain HTTP within 10 s: status code and body.
+async fn send(request: hyper::Request<http_body_util::Full<Bytes>>) -> (u16, String) {
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
         .await
         .unwrap()

@@ -170,11 +170,39 @@ pub async fn requests() {
 /// Table 5: peak RSS of `tierd run` after converging and serving.
 pub async fn peak_rss() {
     println!(
-        "5. Peak RSS of `tierd run` (converged six Tiers, then 2,000 /readyz and /metrics requests)\n"
+        "5. Peak RSS of `tierd run` (converged six Tiers, then 2,000 /readyz and /metrics requests; with and without 10,000 Antrea policies listed into its policy caches)\n"
     );
+    println!("| policies in the cluster | VmHWM (peak RSS) | VmRSS (now) |");
+    println!("|---|---|---|");
+    rss_with(0).await;
+    rss_with(crate::webhook::POLICIES).await;
+    println!();
+}
+
+/// One row of table 5: `policies` policies (half cluster-scoped, half namespaced).
+async fn rss_with(policies: usize) {
+    use tier_testserver::PolicyResource;
+    use tier_testserver::policies::policy;
+
     let cluster = Cluster::antrea().await;
+    let store = cluster.server.store().policies();
+    for i in 0..policies {
+        let tier = format!("tier-{}", i % 50);
+        let (resource, namespace) = if i % 2 == 0 {
+            (PolicyResource::ClusterNetworkPolicies, None)
+        } else {
+            (
+                PolicyResource::NetworkPolicies,
+                Some(format!("ns-{}", i % 100)),
+            )
+        };
+        let object = policy(resource, namespace.as_deref(), &format!("p-{i}"), &tier);
+        store.create(resource, object).unwrap();
+    }
     let tierd = Tierd::run(&cluster, None, &[]).await;
     tierd.until_ok("/readyz/system-tiers").await;
+    tierd.until_ok("/readyz/acnp-cache-synced").await;
+    tierd.until_ok("/readyz/annp-cache-synced").await;
     for i in 0..2000 {
         let path = if i % 2 == 0 {
             "/readyz?verbose"
@@ -192,7 +220,5 @@ pub async fn peak_rss() {
             .map(|l| l.trim_start_matches(name).trim().to_owned())
             .unwrap_or_else(|| "n/a".to_owned())
     };
-    println!("| VmHWM (peak RSS) | VmRSS (now) |");
-    println!("|---|---|");
-    println!("| {} | {} |\n", field("VmHWM:"), field("VmRSS:"));
+    println!("| {policies} | {} | {} |", field("VmHWM:"), field("VmRSS:"));
 }

@@ -1,4 +1,5 @@
-//! Webhook admission latency and throughput over loopback TLS.
+//! Webhook admission latency and throughput over loopback TLS: with empty policy caches, and
+//! with the policy caches holding 10,000 policies (DELETE reviews look them up).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,10 +11,11 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, TierLister};
+use tier_kube::policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache, PolicyRef};
 use tier_memory::MemoryCluster;
-use tier_server::readiness::{TIER_CACHE_SYNCED, from_fn};
+use tier_server::readiness::{ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, TIER_CACHE_SYNCED, from_fn};
 use tier_server::tls::{CertFiles, CertReloader};
-use tier_server::{CheckState, Readiness, Routes, Server, Webhook};
+use tier_server::{CheckState, PolicyReferences, Readiness, Routes, Server, Webhook};
 use tier_tests::Tls;
 
 use crate::quantile;
@@ -21,11 +23,19 @@ use crate::quantile;
 /// Concurrent clients.
 const CONCURRENCY: usize = 16;
 
-fn review(i: usize) -> Value {
-    let (operation, name, priority) = match i % 3 {
+/// Policies in the caches of the second scenario: half ClusterNetworkPolicies, half
+/// NetworkPolicies over 100 namespaces, spread over 50 Tier names.
+pub const POLICIES: usize = 10_000;
+
+/// Request `i` of the mix: every third a CREATE of a new Tier, then a CREATE overlapping a
+/// system Tier, then an UPDATE; with `deletes`, every fourth is a DELETE of a Tier that policies
+/// reference (or not).
+fn review(i: usize, deletes: bool) -> Value {
+    let (operation, name, priority) = match i % if deletes { 4 } else { 3 } {
         0 => ("CREATE", format!("user-{i}"), 120 + (i % 20) as i64),
         1 => ("CREATE", "mine".to_owned(), 150),
-        _ => ("UPDATE", "baseline".to_owned(), 253),
+        2 => ("UPDATE", "baseline".to_owned(), 253),
+        _ => ("DELETE", format!("tier-{}", i % 60), 10),
     };
     let object = json!({
         "apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier",
@@ -42,22 +52,71 @@ fn review(i: usize) -> Value {
             "name": name,
             "operation": operation,
             "userInfo": {"username": "alice"},
-            "object": object,
-            "oldObject": if operation == "UPDATE" { object.clone() } else { Value::Null },
+            "object": if operation == "DELETE" { Value::Null } else { object.clone() },
+            "oldObject": if operation == "CREATE" { Value::Null } else { object.clone() },
         }
     })
 }
 
-/// Table 4.
+/// The policy caches of the second scenario.
+pub fn policy_caches(
+    n: usize,
+) -> (
+    PolicyCache<ClusterNetworkPolicies>,
+    PolicyCache<NetworkPolicies>,
+) {
+    let acnps = PolicyCache::from_policies(
+        (0..n / 2).map(|i| PolicyRef::new(None, &format!("acnp-{i}"), Some(&tier_of(i)))),
+    );
+    let annps = PolicyCache::from_policies((0..n - n / 2).map(|i| {
+        PolicyRef::new(
+            Some(&format!("ns-{}", i % 100)),
+            &format!("annp-{i}"),
+            Some(&tier_of(i)),
+        )
+    }));
+    (acnps, annps)
+}
+
+fn tier_of(i: usize) -> String {
+    format!("tier-{}", i % 50)
+}
+
+/// Table 4: the webhook without policies, then with [`POLICIES`] in its caches.
 pub async fn latency(requests: usize) {
+    println!(
+        "4. Webhook /validate/tier over loopback TLS ({requests} AdmissionReviews per row, {CONCURRENCY} concurrent keep-alive clients, mix of allowed and denied reviews)\n"
+    );
+    println!("| policy caches | mix | p50 (µs) | p99 (µs) | max (µs) | throughput (reviews/s) |");
+    println!("|---|---|---|---|---|---|");
+    let empty = policy_caches(0);
+    measure(requests, empty, false, "empty").await;
+    let full = policy_caches(POLICIES);
+    measure(requests, full, true, "10,000 policies").await;
+    println!();
+}
+
+async fn measure(
+    requests: usize,
+    (acnps, annps): (
+        PolicyCache<ClusterNetworkPolicies>,
+        PolicyCache<NetworkPolicies>,
+    ),
+    deletes: bool,
+    label: &str,
+) {
     // A synced cache holding the six system Tiers.
     let cluster = MemoryCluster::builder()
         .with_tiers(DesiredSet::antrea().tiers().to_vec())
         .build();
     let lister: Arc<dyn TierLister> = Arc::new(cluster.lister());
     let readiness = Readiness::new();
-    readiness.register(TIER_CACHE_SYNCED, from_fn(|| CheckState::Ok));
-    let webhook = Webhook::new(lister, AdmissionPolicy::antrea("tierd"), &readiness);
+    readiness
+        .register(TIER_CACHE_SYNCED, from_fn(|| CheckState::Ok))
+        .register(ACNP_CACHE_SYNCED, from_fn(|| CheckState::Ok))
+        .register(ANNP_CACHE_SYNCED, from_fn(|| CheckState::Ok));
+    let webhook = Webhook::new(lister, AdmissionPolicy::antrea("tierd"), &readiness)
+        .policy_references(PolicyReferences::new(Arc::new(acnps), Arc::new(annps)));
     let router = Routes::new(readiness).webhook(webhook).into_router();
     let tls = Tls::new();
     let reloader = CertReloader::load(CertFiles::new(&tls.cert.0, &tls.key.0))
@@ -93,7 +152,7 @@ pub async fn latency(requests: usize) {
     let url = format!("https://{addr}/validate/tier");
     let bodies: Arc<Vec<Bytes>> = Arc::new(
         (0..requests)
-            .map(|i| Bytes::from(review(i).to_string()))
+            .map(|i| Bytes::from(review(i, deletes).to_string()))
             .collect(),
     );
 
@@ -138,13 +197,13 @@ pub async fn latency(requests: usize) {
     }
     let elapsed = started.elapsed();
     all.sort_by(f64::total_cmp);
+    let mix = if deletes {
+        "CREATE/UPDATE/DELETE"
+    } else {
+        "CREATE/UPDATE"
+    };
     println!(
-        "4. Webhook /validate/tier over loopback TLS ({requests} AdmissionReviews, {CONCURRENCY} concurrent keep-alive clients, mix of allowed and denied CREATE/UPDATE)\n"
-    );
-    println!("| p50 (µs) | p99 (µs) | max (µs) | throughput (reviews/s) |");
-    println!("|---|---|---|---|");
-    println!(
-        "| {:.0} | {:.0} | {:.0} | {:.0} |\n",
+        "| {label} | {mix} | {:.0} | {:.0} | {:.0} | {:.0} |",
         quantile(&all, 0.5),
         quantile(&all, 0.99),
         quantile(&all, 1.0),

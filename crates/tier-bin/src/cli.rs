@@ -119,6 +119,73 @@ pub struct ClusterArgs {
     /// The longest one API write may take.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub call_timeout: Duration,
+
+    /// Antrea feature gates, as Antrea is configured: comma-separated `Name=bool`
+    /// (`ClusterNetworkPolicy=true` reserves priority 220 for new Tiers). Default: all off.
+    #[arg(
+        long,
+        value_name = "NAME=BOOL,...",
+        default_value = "",
+        value_parser = FeatureGates::parse,
+        env = "TIERD_FEATURE_GATES"
+    )]
+    pub feature_gates: FeatureGates,
+}
+
+/// Antrea's feature gates that change which Tiers may exist, parsed from `--feature-gates`
+/// (Kubernetes' convention: comma-separated `Name=bool`, later entries win).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// `ClusterNetworkPolicy` (alpha in Antrea, off by default): priority 220 is reserved for
+    /// the upstream ClusterNetworkPolicy API, so no new Tier may take it.
+    pub cluster_network_policy: bool,
+}
+
+impl FeatureGates {
+    /// The gates tierd knows.
+    pub const KNOWN: &'static [&'static str] = &["ClusterNetworkPolicy"];
+
+    /// Parses `Name=bool,Name=bool`; an unknown name or a value that is not a boolean
+    /// (Go's `strconv.ParseBool`: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False) is an
+    /// error naming it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut gates = Self::default();
+        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let Some((name, value)) = entry.split_once('=') else {
+                return Err(format!(
+                    "missing bool value for {entry:?}; write {entry}=true or {entry}=false"
+                ));
+            };
+            let (name, value) = (name.trim(), value.trim());
+            let enabled = match value {
+                "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+                "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
+                _ => {
+                    return Err(format!(
+                        "invalid value of {name}: {value:?}, expected true or false"
+                    ));
+                }
+            };
+            match name {
+                "ClusterNetworkPolicy" => gates.cluster_network_policy = enabled,
+                _ => {
+                    return Err(format!(
+                        "unrecognized feature gate: {name}; known gates: {}",
+                        Self::KNOWN.join(", ")
+                    ));
+                }
+            }
+        }
+        Ok(gates)
+    }
+
+    /// The validation rules (Antrea's defaults) with these gates applied.
+    pub fn rules(self) -> tier_core::ValidationRules {
+        tier_core::ValidationRules {
+            cluster_network_policy: self.cluster_network_policy,
+            ..tier_core::ValidationRules::default()
+        }
+    }
 }
 
 /// Flags of `tierd run`.
@@ -431,5 +498,48 @@ mod tests {
             panic!("not run");
         };
         assert_eq!(args.listen.port(), 1);
+    }
+
+    #[test]
+    fn feature_gates_follow_the_kubernetes_convention() {
+        let gates = |text: &str| FeatureGates::parse(text);
+        assert_eq!(gates(""), Ok(FeatureGates::default()));
+        assert!(
+            gates("ClusterNetworkPolicy=true")
+                .unwrap()
+                .cluster_network_policy
+        );
+        assert!(
+            !gates("ClusterNetworkPolicy=true, ClusterNetworkPolicy=False")
+                .unwrap()
+                .cluster_network_policy
+        );
+        assert!(
+            gates(" ClusterNetworkPolicy = T ,")
+                .unwrap()
+                .cluster_network_policy
+        );
+        let unknown = gates("ClusterNetworkPolicy=true,Traceflow=true").unwrap_err();
+        assert!(
+            unknown.contains("unrecognized feature gate: Traceflow"),
+            "{unknown}"
+        );
+        assert!(gates("ClusterNetworkPolicy=yes").is_err());
+        assert!(gates("ClusterNetworkPolicy").is_err());
+        // Clap turns a bad value into a usage error: exit code 2.
+        let err =
+            Cli::try_parse_from(["tierd", "run", "--feature-gates", "Nope=true"]).unwrap_err();
+        assert_eq!(err.exit_code(), i32::from(exit::USAGE));
+        let cli = Cli::try_parse_from([
+            "tierd",
+            "plan",
+            "--feature-gates",
+            "ClusterNetworkPolicy=true",
+        ])
+        .unwrap();
+        let Command::Plan(args) = cli.command else {
+            panic!("not plan");
+        };
+        assert!(args.cluster.feature_gates.rules().cluster_network_policy);
     }
 }

@@ -102,12 +102,13 @@ fn pending(status: &Status, cache: Option<&str>) -> String {
     status.unconverged().map(|t| format!("\n  - {t}")).collect()
 }
 
-/// The desired set: the `--tiers` file, or Antrea's six.
+/// The desired set: the `--tiers` file, checked against the rules the `--feature-gates` select
+/// (a Tier at 220 with `ClusterNetworkPolicy=true` is an input error, exit 2), or Antrea's six.
 pub fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
-    match &args.tiers {
-        Some(path) => Ok(tiers_file::load(path)?),
-        None => Ok(DesiredSet::antrea()),
-    }
+    let Some(path) = &args.tiers else {
+        return Ok(DesiredSet::antrea());
+    };
+    Ok(tiers_file::load_with(path, &args.feature_gates.rules())?)
 }
 
 /// The client options the flags select.

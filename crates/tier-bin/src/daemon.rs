@@ -9,9 +9,11 @@
 //!    splits them: the webhook on its own port (TLS when certificates are given), `/livez` and
 //!    `/readyz` on a plain probe port, `/metrics` on a third port (localhost by default, or
 //!    protected by TokenReview and SubjectAccessReview with `--metrics-auth`). Every handler
-//!    answers from the first moment, gated only on the checks it needs (the webhook on
-//!    `tier-cache-synced`);
-//! 2. start the Tier cache and the driver in continuous mode;
+//!    answers from the first moment, gated only on the checks it needs (the webhook's CREATE
+//!    and UPDATE on `tier-cache-synced`, its DELETE also on `acnp-cache-synced` and
+//!    `annp-cache-synced`);
+//! 2. start the Tier cache, the two policy caches and the driver in continuous mode; the
+//!    driver's writer records its successful writes in the webhook's reservation table;
 //! 3. on SIGTERM/SIGINT: readiness turns false at once, the driver stops (no write starts after
 //!    it), the server drains, and the process exits within about a second.
 
@@ -21,14 +23,17 @@ use std::time::{Duration, SystemTime};
 
 use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
-use tier_core::{DesiredSet, DriverConfig, Mode, TierLister};
+use tier_core::{DesiredSet, DriverConfig, Mode, TierLister, ValidationRules};
 use tier_kube::certs::{self, SelfSignedConfig};
-use tier_kube::{KubeLister, KubeWriter};
-use tier_server::readiness::{SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn};
+use tier_kube::policies::{PolicyCache, PolicyKind};
+use tier_kube::{ClusterNetworkPolicies, KubeLister, KubeWriter, NetworkPolicies};
+use tier_server::readiness::{
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn,
+};
 use tier_server::tls::{CertFiles, CertReloader};
 use tier_server::{
-    Check, CheckState, HealthConfig, Readiness, Routes, Server, ServerMetrics, Shutdown, Webhook,
-    auth, metrics,
+    Check, CheckState, HealthConfig, PolicyReferences, Readiness, ReservationTable,
+    ReservingWriter, Routes, Server, ServerMetrics, Shutdown, Webhook, auth, metrics,
 };
 use tokio::task::JoinSet;
 
@@ -46,13 +51,22 @@ const SELF_SIGNED_POLL: Duration = Duration::from_secs(60);
 /// The longest the server may take to finish requests in flight after a signal.
 const DRAIN_LIMIT: Duration = Duration::from_millis(800);
 
-/// The admission policy for `desired`: its names are protected from deletion and `user` may
-/// change priorities.
-pub fn policy(desired: &DesiredSet, user: &str) -> AdmissionPolicy {
-    AdmissionPolicy {
-        protected_names: desired.tiers().iter().map(|t| t.name.clone()).collect(),
-        ..AdmissionPolicy::antrea(user)
-    }
+/// The admission policy for `desired` under `rules`: Antrea's six names and every desired name
+/// are protected from deletion (a custom set adds to Antrea's, never replaces them), and `user`
+/// may change priorities.
+pub fn policy(desired: &DesiredSet, user: &str, rules: ValidationRules) -> AdmissionPolicy {
+    AdmissionPolicy::antrea(user)
+        .protect(desired.tiers().iter().map(|t| t.name.clone()))
+        .with_rules(rules)
+}
+
+/// The readiness check of one policy cache: passes once it listed (or found its CRD not
+/// installed); until then its reason names the watch's last error.
+pub fn policy_cache_synced<K: PolicyKind>(cache: PolicyCache<K>) -> impl Check {
+    from_fn(move || match cache.describe() {
+        Ok(_) => CheckState::Ok,
+        Err(reason) => CheckState::Failed(reason),
+    })
 }
 
 /// The `tier-cache-synced` check: passes once the lister completed its first list; until then
@@ -124,10 +138,20 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         );
     }
     let lister = KubeLister::start(client.clone())?;
-    let writer = KubeWriter::new(client.clone(), commands::writer_config(&args.cluster))
-        .with_store(lister.store());
+    let acnps = PolicyCache::<ClusterNetworkPolicies>::start(client.clone())?;
+    let annps = PolicyCache::<NetworkPolicies>::start(client.clone())?;
+    let reservations = ReservationTable::default();
+    let writer = ReservingWriter::new(
+        KubeWriter::new(client.clone(), commands::writer_config(&args.cluster))
+            .with_store(lister.store()),
+        reservations.clone(),
+    );
 
-    let policy = policy(&desired, &args.controller_user);
+    let policy = policy(
+        &desired,
+        &args.controller_user,
+        args.cluster.feature_gates.rules(),
+    );
     let events_client = client.clone();
     let auth_client = client.clone();
     let (ensurer, events) = tier_runtime::spawn_with_events(
@@ -154,7 +178,10 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         ));
     }
     let readiness = Readiness::standard(status.clone(), &shutdown);
-    readiness.register(TIER_CACHE_SYNCED, cache_synced(lister.clone()));
+    readiness
+        .register(TIER_CACHE_SYNCED, cache_synced(lister.clone()))
+        .register(ACNP_CACHE_SYNCED, policy_cache_synced(acnps.clone()))
+        .register(ANNP_CACHE_SYNCED, policy_cache_synced(annps.clone()));
     let mut health = HealthConfig::default();
     if args.ready_requires_tiers {
         health.readyz.push(SYSTEM_TIERS.to_owned());
@@ -170,7 +197,11 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let ports = Routes::new(readiness.clone())
         .health(health)
         .metrics(Arc::new(registry))
-        .webhook(Webhook::new(cache, policy, &readiness))
+        .webhook(
+            Webhook::new(cache, policy, &readiness)
+                .policy_references(PolicyReferences::new(Arc::new(acnps), Arc::new(annps)))
+                .reservations(reservations),
+        )
         .into_ports();
     let limits = args.http.limits();
     let server = |router, name| {
@@ -226,4 +257,43 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     }
     tracing::info!("stopped");
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use tier_core::TierSpec;
+    use tier_core::admission::{References, Request, review};
+
+    use super::*;
+
+    #[test]
+    fn a_custom_set_adds_to_antreas_reserved_names() {
+        let custom = DesiredSet::new(
+            vec![
+                TierSpec::new("baseline", 253, ""),
+                TierSpec::new("mine", 7, ""),
+            ],
+            &ValidationRules::default(),
+        )
+        .unwrap();
+        let policy = policy(&custom, "tierd", ValidationRules::default());
+        for name in [
+            "baseline",
+            "application",
+            "platform",
+            "networkops",
+            "securityops",
+            "emergency",
+            "mine",
+        ] {
+            let delete = Request::Delete {
+                name,
+                references: References::NONE,
+            };
+            assert_eq!(
+                review(&policy, &delete, []).unwrap_err().0,
+                format!("cannot delete reserved tier {name}")
+            );
+        }
+    }
 }

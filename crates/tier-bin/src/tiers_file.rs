@@ -97,17 +97,27 @@ fn list(problems: &[Problem]) -> String {
     problems.iter().map(|p| format!("\n  - {p}")).collect()
 }
 
-/// Reads and validates the Tiers file at `path`.
+/// Reads and validates the Tiers file at `path` under Antrea's default rules.
 ///
 /// # Errors
 ///
 /// [`TiersFileError::Read`] when unreadable, [`TiersFileError::Invalid`] listing every problem.
 pub fn load(path: &Path) -> Result<DesiredSet, TiersFileError> {
+    load_with(path, &ValidationRules::default())
+}
+
+/// Reads and validates the Tiers file at `path` under `rules` (for example with the
+/// `ClusterNetworkPolicy` feature gate's reserved priority).
+///
+/// # Errors
+///
+/// As [`load`].
+pub fn load_with(path: &Path, rules: &ValidationRules) -> Result<DesiredSet, TiersFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| TiersFileError::Read {
         path: path.to_owned(),
         source,
     })?;
-    parse(&text).map_err(|problems| TiersFileError::Invalid {
+    parse_with(&text, rules).map_err(|problems| TiersFileError::Invalid {
         path: path.to_owned(),
         problems,
     })
@@ -127,8 +137,14 @@ const FIELDS: [(&str, &str); 3] = [
     ("description", "spec.description"),
 ];
 
-/// Parses and validates a Tiers document; on failure returns every problem found.
+/// Parses and validates a Tiers document under Antrea's default rules; on failure returns every
+/// problem found.
 pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
+    parse_with(text, &ValidationRules::default())
+}
+
+/// Parses and validates a Tiers document under `rules`; on failure returns every problem found.
+pub fn parse_with(text: &str, rules: &ValidationRules) -> Result<DesiredSet, Vec<Problem>> {
     if text.len() > MAX_BYTES {
         return Err(vec![document(format!(
             "the file is {} bytes; at most {MAX_BYTES} are accepted",
@@ -204,7 +220,7 @@ pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
         return Err(problems);
     }
     // The rules apply to every well-formed entry, so one malformed entry hides no other problem.
-    match DesiredSet::new(specs, &ValidationRules::default()) {
+    match DesiredSet::new(specs, rules) {
         Ok(set) if problems.is_empty() => Ok(set),
         Ok(_) => Err(problems),
         Err(err) => {

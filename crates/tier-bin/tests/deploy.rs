@@ -57,7 +57,7 @@ fn rbac_is_least_privilege() {
     let docs = documents("base/rbac.yaml");
     let role = named(&docs, "ClusterRole", "tierd");
     let rules = role["rules"].as_sequence().unwrap();
-    assert_eq!(rules.len(), 3);
+    assert_eq!(rules.len(), 4);
     assert_eq!(strings(&rules[0]["apiGroups"]), ["crd.antrea.io"]);
     assert_eq!(strings(&rules[0]["resources"]), ["tiers"]);
     assert_eq!(
@@ -65,10 +65,21 @@ fn rbac_is_least_privilege() {
         ["get", "list", "watch", "create", "update"]
     );
     // For --metrics-auth.
-    assert_eq!(strings(&rules[1]["resources"]), ["tokenreviews"]);
-    assert_eq!(strings(&rules[1]["verbs"]), ["create"]);
-    assert_eq!(strings(&rules[2]["resources"]), ["subjectaccessreviews"]);
+    assert_eq!(strings(&rules[2]["resources"]), ["tokenreviews"]);
     assert_eq!(strings(&rules[2]["verbs"]), ["create"]);
+    assert_eq!(strings(&rules[3]["resources"]), ["subjectaccessreviews"]);
+    assert_eq!(strings(&rules[3]["verbs"]), ["create"]);
+    // Antrea's policies: read-only, for the webhook's DELETE rule.
+    let policies = rules
+        .iter()
+        .find(|r| strings(&r["resources"]).contains(&"networkpolicies"))
+        .expect("a rule for Antrea's policies");
+    assert_eq!(strings(&policies["apiGroups"]), ["crd.antrea.io"]);
+    assert_eq!(
+        strings(&policies["resources"]),
+        ["clusternetworkpolicies", "networkpolicies"]
+    );
+    assert_eq!(strings(&policies["verbs"]), ["get", "list", "watch"]);
     let binding = named(&docs, "ClusterRoleBinding", "tierd");
     assert_eq!(binding["subjects"][0]["name"].as_str(), Some("tierd"));
     assert_eq!(

@@ -37,6 +37,10 @@ use serde::{Deserialize, Serialize};
 /// The highest priority a Tier may have (the CRD's schema maximum).
 pub const MAX_PRIORITY: i64 = 255;
 
+/// Antrea's `cnpAdminTierPriority`: the priority reserved for new Tiers while Antrea's
+/// `ClusterNetworkPolicy` feature gate is on (see [`ValidationRules::cluster_network_policy`]).
+pub const CNP_ADMIN_TIER_PRIORITY: i64 = 220;
+
 /// The longest name a DNS-1123 subdomain may have.
 const MAX_NAME_LEN: usize = 253;
 
@@ -74,6 +78,17 @@ pub struct ValidationRules {
     pub reserved_priorities: BTreeSet<i64>,
     /// The most distinct priorities a cluster supports (Antrea: 20).
     pub max_distinct_priorities: usize,
+    /// Antrea's `ClusterNetworkPolicy` feature gate (off by default, as in Antrea): when on, no
+    /// new Tier may take [`CNP_ADMIN_TIER_PRIORITY`]. A Tier already there may stay.
+    pub cluster_network_policy: bool,
+}
+
+impl ValidationRules {
+    /// Whether a new Tier at `priority` is refused because the `ClusterNetworkPolicy` gate
+    /// reserves it.
+    pub fn reserved_for_cluster_network_policy(&self, priority: i64) -> bool {
+        self.cluster_network_policy && priority == CNP_ADMIN_TIER_PRIORITY
+    }
 }
 
 impl Default for ValidationRules {
@@ -81,6 +96,7 @@ impl Default for ValidationRules {
         Self {
             reserved_priorities: [251, 252, 254, 255].into_iter().collect(),
             max_distinct_priorities: 20,
+            cluster_network_policy: false,
         }
     }
 }
@@ -139,6 +155,8 @@ pub enum Rule {
     PriorityNegative,
     /// The priority is in the reserved set.
     ReservedPriority,
+    /// The priority is [`CNP_ADMIN_TIER_PRIORITY`] and the `ClusterNetworkPolicy` gate is on.
+    ReservedForClusterNetworkPolicy,
     /// An earlier desired Tier has the same name.
     DuplicateName {
         /// The position of the earlier Tier.
@@ -168,7 +186,8 @@ impl Rule {
             Rule::InvalidName(_)
             | Rule::PriorityTooHigh
             | Rule::PriorityNegative
-            | Rule::ReservedPriority => ErrorType::Invalid,
+            | Rule::ReservedPriority
+            | Rule::ReservedForClusterNetworkPolicy => ErrorType::Invalid,
             Rule::DuplicateName { .. } | Rule::DuplicatePriority { .. } => ErrorType::Duplicate,
             Rule::TooManyPriorities { .. } => ErrorType::TooMany,
         }
@@ -184,6 +203,11 @@ impl fmt::Display for Rule {
             Rule::PriorityTooHigh => write!(f, "must be less than or equal to {MAX_PRIORITY}"),
             Rule::PriorityNegative => write!(f, "must be greater than or equal to 0"),
             Rule::ReservedPriority => write!(f, "is reserved; choose another priority"),
+            Rule::ReservedForClusterNetworkPolicy => write!(
+                f,
+                "is reserved for upstream ClusterNetworkPolicy while the ClusterNetworkPolicy \
+                 feature gate is on; choose another priority"
+            ),
             Rule::DuplicateName { first } => write!(f, "already used by tiers[{first}]"),
             Rule::DuplicatePriority { holder, first } => {
                 write!(f, "already used by tiers[{first}] ({holder})")
@@ -386,6 +410,12 @@ fn violations(tiers: &[TierSpec], rules: &ValidationRules) -> Vec<Violation> {
             push("spec.priority", priority.clone(), Rule::PriorityNegative);
         } else if rules.reserved_priorities.contains(&tier.priority) {
             push("spec.priority", priority.clone(), Rule::ReservedPriority);
+        } else if rules.reserved_for_cluster_network_policy(tier.priority) {
+            push(
+                "spec.priority",
+                priority.clone(),
+                Rule::ReservedForClusterNetworkPolicy,
+            );
         }
         match priorities.get(&tier.priority) {
             Some(&(first, holder)) => push(
@@ -562,6 +592,7 @@ mod tests {
         let rules = ValidationRules {
             reserved_priorities: BTreeSet::from([7]),
             max_distinct_priorities: 1,
+            ..ValidationRules::default()
         };
         let err = DesiredSet::new(
             vec![TierSpec::new("a", 7, ""), TierSpec::new("b", 254, "")],
@@ -574,6 +605,23 @@ mod tests {
             err.violations()[1].rule,
             Rule::TooManyPriorities { count: 2, max: 1 }
         ));
+    }
+
+    #[test]
+    fn the_cluster_network_policy_gate_reserves_220() {
+        let at_220 = || vec![TierSpec::new("mine", CNP_ADMIN_TIER_PRIORITY, "")];
+        assert!(set(at_220()).is_ok(), "the gate is off by default");
+        let gated = ValidationRules {
+            cluster_network_policy: true,
+            ..ValidationRules::default()
+        };
+        let err = DesiredSet::new(at_220(), &gated).unwrap_err();
+        assert_eq!(
+            err.violations()[0].rule,
+            Rule::ReservedForClusterNetworkPolicy
+        );
+        assert!(err.to_string().contains("feature gate"), "{err}");
+        assert!(DesiredSet::new(DesiredSet::antrea().tiers().to_vec(), &gated).is_ok());
     }
 
     #[test]

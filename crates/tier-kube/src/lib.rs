@@ -8,6 +8,8 @@
 //!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
 //! - [`certs`]: `--self-signed-cert`: a CA and serving certificate kept in a Secret
 //!   (create-if-absent, renewed before expiry) and in the webhook configuration's `caBundle`.
+//! - [`policies`]: [`PolicyCache`], Antrea ClusterNetworkPolicies and NetworkPolicies indexed
+//!   by raw `spec.tier`, for the webhook's DELETE rule (a missing CRD counts as synced and empty).
 //! - [`classify`]: `kube::Error` and HTTP answers to the core's
 //!   [`WriteError`](tier_core::WriteError) classes, with `Retry-After`.
 //! - [`explain`]: watch and client failures in words (HTTP code, reason, message, network
@@ -37,9 +39,11 @@ pub mod crd;
 pub mod events;
 pub mod explain;
 pub mod lister;
+pub mod policies;
 pub mod writer;
 
 pub use client::{ClientError, ClientOptions};
 pub use crd::{CrdError, Tier};
 pub use lister::{KubeLister, ListerError, WatchStats};
+pub use policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache};
 pub use writer::{KubeWriter, WriterConfig};

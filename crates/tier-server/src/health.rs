@@ -12,6 +12,10 @@
 //!
 //! # Which checks `/readyz` includes
 //!
+//! The policy-cache checks (`acnp-cache-synced`, `annp-cache-synced`) are listed as
+//! *informational* (`[+]name ok (informational)`): visible, never failing `/readyz`, because only
+//! the webhook's DELETE needs them (see [`readiness`](crate::readiness)).
+//!
 //! Configurable with [`HealthConfig`]; the default is what the served handlers need,
 //! `tier-cache-synced` (the webhook reads the Tier cache) and `shutdown`, and **not**
 //! `system-tiers`. kube-apiserver reaches the webhook through a Service whose endpoints hold only
@@ -35,7 +39,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::readiness::{CheckResult, CheckState, Readiness, SHUTDOWN, TIER_CACHE_SYNCED, one_line};
+use crate::readiness::{
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckResult, CheckState, Readiness, SHUTDOWN,
+    TIER_CACHE_SYNCED, one_line,
+};
 
 /// Which registered checks `/livez` and `/readyz` include.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +51,10 @@ pub struct HealthConfig {
     pub livez: Vec<String>,
     /// The checks of `/readyz`, in listing order (default: `tier-cache-synced`, `shutdown`).
     pub readyz: Vec<String>,
+    /// Checks listed by `/readyz` (verbose, or on failure) after the readyz set, marked
+    /// `(informational)`, that never fail it; skipped when not registered (default:
+    /// `acnp-cache-synced`, `annp-cache-synced`, which only the webhook's DELETE needs).
+    pub informational: Vec<String>,
 }
 
 impl Default for HealthConfig {
@@ -51,6 +62,7 @@ impl Default for HealthConfig {
         Self {
             livez: Vec::new(),
             readyz: vec![TIER_CACHE_SYNCED.to_owned(), SHUTDOWN.to_owned()],
+            informational: vec![ACNP_CACHE_SYNCED.to_owned(), ANNP_CACHE_SYNCED.to_owned()],
         }
     }
 }
@@ -60,6 +72,7 @@ struct Endpoint {
     name: &'static str,
     readiness: Readiness,
     checks: Vec<String>,
+    informational: Vec<String>,
 }
 
 /// The routes `/livez`, `/livez/{name}`, `/readyz` and `/readyz/{name}` over `readiness`.
@@ -68,11 +81,13 @@ pub fn routes(readiness: Readiness, config: HealthConfig) -> Router {
         name: "livez",
         readiness: readiness.clone(),
         checks: config.livez,
+        informational: Vec::new(),
     };
     let readyz = Endpoint {
         name: "readyz",
         readiness,
         checks: config.readyz,
+        informational: config.informational,
     };
     Router::new()
         .route("/livez", get(all).with_state(livez.clone()))
@@ -115,6 +130,19 @@ async fn all(State(endpoint): State<Endpoint>, RawQuery(raw): RawQuery) -> Respo
         let result = endpoint.readiness.result(name);
         failed |= !result.state.is_ok();
         lines.push_str(&line(&result));
+    }
+    for name in &endpoint.informational {
+        if endpoint.checks.contains(name) {
+            continue;
+        }
+        match endpoint.readiness.state(name) {
+            Some(CheckState::Ok) => lines.push_str(&format!("[+]{name} ok (informational)\n")),
+            Some(CheckState::Failed(reason)) => lines.push_str(&format!(
+                "[-]{name} failed (informational): {}\n",
+                one_line(&reason)
+            )),
+            None => {}
+        }
     }
     if !excluded.is_empty() {
         let quoted: Vec<String> = excluded.iter().map(|n| format!("{n:?}")).collect();

@@ -72,4 +72,4 @@ pub use health::HealthConfig;
 pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
 pub use server::{Ports, Routes, ServeError, Server, ServerMetrics};
 pub use tls::{CertFiles, CertReloader, TlsError};
-pub use webhook::Webhook;
+pub use webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};

@@ -14,6 +14,15 @@
 //! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (`Status.synced`) or [`ListerSynced`] |
 //! | [`SYSTEM_TIERS`] | every system Tier has converged **once** (latched) | [`SystemTiers`] (`Status.initialized`) |
 //! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
+//! | [`ACNP_CACHE_SYNCED`], [`ANNP_CACHE_SYNCED`] | the Antrea ClusterNetworkPolicy / NetworkPolicy cache has listed, or found its CRD not installed | registered by whoever starts the caches (tierd: `tier_kube::PolicyCache`) |
+//!
+//! The two policy checks are **not** in the default `/readyz`: only the webhook's DELETE reads
+//! the policy caches, and it refuses in-band while they are unsynced. If readiness waited for
+//! them, a policy watch that cannot list (missing RBAC, an unreachable conversion webhook, an API
+//! server slow to serve 10,000 policies) would keep the pod out of its Service, and then every
+//! Tier create, tierd's own included, would fail on the unreachable webhook: the seed's deadlock.
+//! They show in `/readyz?verbose` only if added to the readyz set; each is always at
+//! `/readyz/<name>`.
 //!
 //! `system-tiers` is latched ("initialized once"), like kube-apiserver's post-start hooks: a
 //! Tier that drifts later is corrected by the driver and shows in the metrics
@@ -57,6 +66,12 @@ use tokio::sync::watch;
 
 /// The check that passes once the Tier cache has completed its first list.
 pub const TIER_CACHE_SYNCED: &str = "tier-cache-synced";
+/// The check that passes once the Antrea ClusterNetworkPolicy cache has listed (or found the CRD
+/// not installed). Needed by the webhook's DELETE only; not part of the default `/readyz`.
+pub const ACNP_CACHE_SYNCED: &str = "acnp-cache-synced";
+/// The check that passes once the Antrea NetworkPolicy cache has listed (or found the CRD not
+/// installed). Needed by the webhook's DELETE only; not part of the default `/readyz`.
+pub const ANNP_CACHE_SYNCED: &str = "annp-cache-synced";
 /// The check that passes once every system Tier has converged at least once.
 pub const SYSTEM_TIERS: &str = "system-tiers";
 /// The check that fails as soon as shutdown starts.

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,9 +19,11 @@ use kube_core::admission::AdmissionReview;
 use proptest::prelude::*;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
-use tier_server::readiness::{ListerSynced, TIER_CACHE_SYNCED};
+use tier_server::readiness::{
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckState, ListerSynced, TIER_CACHE_SYNCED, from_fn,
+};
 use tier_server::webhook::ReviewError;
-use tier_server::{Readiness, Webhook};
+use tier_server::{PolicyReferences, Readiness, Webhook};
 
 const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
 
@@ -62,8 +65,14 @@ fn webhook() -> Webhook {
     });
     let lister: Arc<dyn TierLister> = Arc::new(FixedLister(Snapshot::synced(1, tiers)));
     let readiness = Readiness::new();
-    readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+    readiness
+        .register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()))
+        .register(ACNP_CACHE_SYNCED, from_fn(|| CheckState::Ok))
+        .register(ANNP_CACHE_SYNCED, from_fn(|| CheckState::Ok));
+    // No policy references any Tier.
+    let none = Arc::new(BTreeMap::<String, usize>::new());
     Webhook::new(lister, AdmissionPolicy::antrea(CONTROLLER), &readiness)
+        .policy_references(PolicyReferences::new(none.clone(), none))
 }
 
 /// Reviews `body`; a refusal must be the HTTP 400 path with a message, returned here.

@@ -43,16 +43,22 @@ pub(crate) struct AdmissionInput<'a> {
 pub(crate) struct Admission {
     mode: AdmissionMode,
     webhook: Option<WebhookClient>,
+    /// Antrea's `ClusterNetworkPolicy` feature gate, for the built-in rules.
+    cluster_network_policy: bool,
 }
 
 impl Admission {
     /// Prepares `mode` (builds the TLS client of a webhook mode).
-    pub(crate) fn new(mode: AdmissionMode) -> Result<Self, Error> {
+    pub(crate) fn new(mode: AdmissionMode, cluster_network_policy: bool) -> Result<Self, Error> {
         let webhook = match &mode {
             AdmissionMode::Webhook(config) => Some(WebhookClient::new(config.clone())?),
             _ => None,
         };
-        Ok(Self { mode, webhook })
+        Ok(Self {
+            mode,
+            webhook,
+            cluster_network_policy,
+        })
     }
 
     pub(crate) fn mode(&self) -> &AdmissionMode {
@@ -69,11 +75,15 @@ impl Admission {
         match (&self.mode, &self.webhook) {
             (AdmissionMode::None, _) => Ok(()),
             (AdmissionMode::BuiltinAntrea { controller_user }, _) => antrea::review(
-                input.operation,
-                input.object,
-                input.old_object,
-                input.user,
-                controller_user,
+                &antrea::Review {
+                    operation: input.operation,
+                    object: input.object,
+                    old_object: input.old_object,
+                    username: input.user,
+                    controller_user,
+                    cluster_network_policy: self.cluster_network_policy,
+                    references: store.policies().references(input.name),
+                },
                 &store.list(),
             )
             .map_err(|message| StatusError::admission_denied(WEBHOOK_NAME, 400, "", &message)),

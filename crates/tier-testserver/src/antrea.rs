@@ -1,6 +1,12 @@
 //! Antrea's view of Tiers: the six system Tiers and the rules of Antrea's Tier validating
 //! webhook (`tiervalidator.antrea.io`), shared by the built-in admission mode and
 //! [`TestWebhook`](crate::TestWebhook).
+//!
+//! This is deliberately an **independent oracle**, not a call into `tier_core`: the test API
+//! server stands for Antrea, so it must not share tierd's reading of Antrea's rules. Its facts
+//! (system Tiers, reserved priorities, messages) are transcribed from Antrea's `validate.go`;
+//! `tests/oracle.rs` is a property test that this module and `tier_core::admission` give the
+//! same verdict and message on arbitrary requests.
 
 use std::collections::BTreeSet;
 
@@ -100,23 +106,44 @@ impl Operation {
     }
 }
 
+/// Antrea's `cnpAdminTierPriority`: reserved for new Tiers while the `ClusterNetworkPolicy`
+/// feature gate is on.
+pub const CNP_ADMIN_TIER_PRIORITY: i64 = 220;
+
+/// One write under review, with what Antrea's webhook reads besides the Tier cache.
+#[derive(Debug, Clone, Copy)]
+pub struct Review<'a> {
+    /// The operation.
+    pub operation: Operation,
+    /// The new Tier (create, update).
+    pub object: Option<&'a Value>,
+    /// The stored Tier (update, delete).
+    pub old_object: Option<&'a Value>,
+    /// The requesting user.
+    pub username: &'a str,
+    /// The user allowed to change priorities (Antrea's controller service account).
+    pub controller_user: &'a str,
+    /// Antrea's `ClusterNetworkPolicy` feature gate.
+    pub cluster_network_policy: bool,
+    /// How many [ClusterNetworkPolicies, NetworkPolicies] name the Tier in `spec.tier`.
+    pub references: [usize; 2],
+}
+
 /// Applies the webhook's rules; `Err` carries the denial message (without the
 /// `admission webhook ... denied the request: ` prefix that kube-apiserver adds).
 ///
-/// `existing` is the webhook's view of all Tiers (its informer cache). `object` is the new
-/// Tier (create, update), `old_object` the stored one (update, delete). Priority updates are
-/// allowed only for `controller_user`.
-pub fn review(
-    operation: Operation,
-    object: Option<&Value>,
-    old_object: Option<&Value>,
-    username: &str,
-    controller_user: &str,
-    existing: &[Value],
-) -> Result<(), String> {
-    match operation {
+/// `existing` is the webhook's view of all Tiers (its informer cache).
+///
+/// # An independent oracle, on purpose
+///
+/// tierd's own copy of these rules is `tier_core::admission`; this one is written separately,
+/// on `serde_json::Value`s, from Antrea's `validate.go`, so that the test API server judges
+/// tierd by Antrea's rules rather than by tierd's reading of them. `tests/oracle.rs` checks,
+/// on arbitrary inputs, that the two agree word for word.
+pub fn review(review: &Review<'_>, existing: &[Value]) -> Result<(), String> {
+    match review.operation {
         Operation::Create => {
-            let Some(obj) = object else {
+            let Some(obj) = review.object else {
                 return Ok(());
             };
             let distinct: BTreeSet<i64> = existing.iter().filter_map(priority).collect();
@@ -128,6 +155,12 @@ pub fn review(
             if RESERVED_PRIORITIES.contains(&p) {
                 return Err(format!("tier {name} priority {p} is reserved"));
             }
+            if review.cluster_network_policy && p == CNP_ADMIN_TIER_PRIORITY {
+                return Err(format!(
+                    "tier {name} priority {p} is reserved for upstream ClusterNetworkPolicy when \
+                     the ClusterNetworkPolicy feature gate is enabled; choose a different priority"
+                ));
+            }
             if distinct.contains(&p) {
                 return Err(format!(
                     "tier {name} priority {p} overlaps with existing Tier"
@@ -136,20 +169,31 @@ pub fn review(
             Ok(())
         }
         Operation::Update => {
-            if username == controller_user {
+            if review.username == review.controller_user {
                 return Ok(());
             }
-            let new = object.and_then(priority);
-            let old = old_object.and_then(priority);
+            let new = review.object.and_then(priority);
+            let old = review.old_object.and_then(priority);
             if new != old {
                 return Err("update to Tier priority is not allowed".to_owned());
             }
             Ok(())
         }
         Operation::Delete => {
-            let name = old_object.and_then(object_name).unwrap_or_default();
+            let name = review.old_object.and_then(object_name).unwrap_or_default();
             if SYSTEM_TIERS.iter().any(|t| t.name == name) {
                 return Err(format!("cannot delete reserved tier {name}"));
+            }
+            let [acnps, annps] = review.references;
+            if acnps > 0 {
+                return Err(format!(
+                    "tier {name} is referenced by {acnps} Antrea ClusterNetworkPolicies"
+                ));
+            }
+            if annps > 0 {
+                return Err(format!(
+                    "tier {name} is referenced by {annps} Antrea NetworkPolicies"
+                ));
             }
             Ok(())
         }
@@ -165,6 +209,74 @@ mod tests {
 
     fn system() -> Vec<Value> {
         SYSTEM_TIERS.iter().map(SystemTier::object).collect()
+    }
+
+    /// The old positional form, for the cases below.
+    fn review(
+        operation: Operation,
+        object: Option<&Value>,
+        old_object: Option<&Value>,
+        username: &str,
+        controller_user: &str,
+        existing: &[Value],
+    ) -> Result<(), String> {
+        super::review(
+            &Review {
+                operation,
+                object,
+                old_object,
+                username,
+                controller_user,
+                cluster_network_policy: false,
+                references: [0, 0],
+            },
+            existing,
+        )
+    }
+
+    #[test]
+    fn delete_references_and_the_gate() {
+        let old = tier("mine", 7, None);
+        let delete = |references| {
+            super::review(
+                &Review {
+                    operation: Operation::Delete,
+                    object: None,
+                    old_object: Some(&old),
+                    username: "u",
+                    controller_user: CTRL,
+                    cluster_network_policy: false,
+                    references,
+                },
+                &[],
+            )
+        };
+        assert_eq!(
+            delete([2, 1]),
+            Err("tier mine is referenced by 2 Antrea ClusterNetworkPolicies".into())
+        );
+        assert_eq!(
+            delete([0, 1]),
+            Err("tier mine is referenced by 1 Antrea NetworkPolicies".into())
+        );
+        assert_eq!(delete([0, 0]), Ok(()));
+        let at_220 = tier("mine", 220, None);
+        let create = |gate| {
+            super::review(
+                &Review {
+                    operation: Operation::Create,
+                    object: Some(&at_220),
+                    old_object: None,
+                    username: "u",
+                    controller_user: CTRL,
+                    cluster_network_policy: gate,
+                    references: [0, 0],
+                },
+                &[],
+            )
+        };
+        assert!(create(true).unwrap_err().contains("reserved for upstream"));
+        assert_eq!(create(false), Ok(()));
     }
 
     #[test]

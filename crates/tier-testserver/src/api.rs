@@ -12,6 +12,7 @@ use crate::discovery::Document;
 use crate::events;
 use crate::faults::{FaultAction, Verb};
 use crate::log::{Endpoint, RequestRecord};
+use crate::policies::{self, PolicyResource};
 use crate::reply::{self, Outcome};
 use crate::resources::{self, ObjectKind, ObjectRequest};
 use crate::server::Shared;
@@ -29,6 +30,12 @@ enum Route {
     },
     /// The deprecated `/watch/` prefix form of a Tier watch.
     WatchTiers {
+        name: Option<String>,
+    },
+    /// An Antrea policy collection (all namespaces, or one) or one policy.
+    Policies {
+        resource: PolicyResource,
+        namespace: Option<String>,
         name: Option<String>,
     },
     /// An Events collection or one Event.
@@ -75,6 +82,32 @@ impl Route {
             ["apis", "crd.antrea.io", "v1beta1", "watch", "tiers", name] => Self::WatchTiers {
                 name: Some(owned(name)),
             },
+            ["apis", "crd.antrea.io", "v1beta1", plural]
+                if PolicyResource::from_plural(plural).is_some() =>
+            {
+                Self::policies(plural, None, None)
+            }
+            ["apis", "crd.antrea.io", "v1beta1", plural, name]
+                if PolicyResource::from_plural(plural).is_some_and(|r| !r.namespaced()) =>
+            {
+                Self::policies(plural, None, Some(name))
+            }
+            ["apis", "crd.antrea.io", "v1beta1", "namespaces", ns, plural]
+                if PolicyResource::from_plural(plural).is_some_and(PolicyResource::namespaced) =>
+            {
+                Self::policies(plural, Some(ns), None)
+            }
+            [
+                "apis",
+                "crd.antrea.io",
+                "v1beta1",
+                "namespaces",
+                ns,
+                plural,
+                name,
+            ] if PolicyResource::from_plural(plural).is_some_and(PolicyResource::namespaced) => {
+                Self::policies(plural, Some(ns), Some(name))
+            }
             ["api", "v1", "namespaces", ns, "events"] => Self::Events {
                 api: EventsApi::CoreV1,
                 namespace: owned(ns),
@@ -112,9 +145,21 @@ impl Route {
         }
     }
 
+    fn policies(plural: &str, namespace: Option<&str>, name: Option<&str>) -> Self {
+        match PolicyResource::from_plural(plural) {
+            Some(resource) => Self::Policies {
+                resource,
+                namespace: namespace.map(str::to_owned),
+                name: name.map(str::to_owned),
+            },
+            None => Self::Unknown,
+        }
+    }
+
     fn endpoint(&self) -> Endpoint {
         match self {
             Self::Tiers { .. } | Self::WatchTiers { .. } => Endpoint::Tiers,
+            Self::Policies { .. } => Endpoint::Policies,
             Self::Events { .. } => Endpoint::Events,
             Self::Objects { .. } => Endpoint::Objects,
             Self::Discovery(_) | Self::Health => Endpoint::Discovery,
@@ -271,22 +316,40 @@ async fn dispatch(
         }
         Route::Tiers { name } => {
             let query = parse_query(parts.uri.query().unwrap_or_default());
-            let watching = query
-                .iter()
-                .rev()
-                .find(|(k, _)| k == "watch")
-                .is_some_and(|(_, v)| v == "true" || v == "1");
-            let verb = match (method, name.is_some()) {
-                (&Method::GET, false) if watching => Verb::Watch,
-                (&Method::GET, false) => Verb::List,
-                (&Method::GET, true) => Verb::Get,
-                (&Method::POST, false) => Verb::Create,
-                (&Method::PUT, true) => Verb::Update,
-                (&Method::PATCH, true) => Verb::Patch,
-                (&Method::DELETE, true) => Verb::Delete,
-                _ => return respond(&StatusError::method_not_allowed(method.as_str())),
+            let Some(verb) = object_verb(method, name.is_some(), &query) else {
+                return respond(&StatusError::method_not_allowed(method.as_str()));
             };
             tiers_request(shared, parts, body, verb, name, query, &user, record).await
+        }
+        Route::Policies {
+            resource,
+            namespace,
+            name,
+        } => {
+            let query = parse_query(parts.uri.query().unwrap_or_default());
+            let Some(verb) = object_verb(method, name.is_some(), &query) else {
+                return respond(&StatusError::method_not_allowed(method.as_str()));
+            };
+            record.verb = Some(verb);
+            record.name.clone_from(&name);
+            let body = match read_body(body, shared.config.max_body_bytes).await {
+                Ok(body) => body,
+                Err(e) => return respond(&e),
+            };
+            let request = TierRequest {
+                user: &user,
+                query: &query,
+                content_type: media_type(&parts.headers),
+                body,
+            };
+            Outcome::Respond(policies::serve(
+                shared,
+                resource,
+                verb,
+                namespace.as_deref(),
+                name.as_deref(),
+                &request,
+            ))
         }
         Route::WatchTiers { name } => {
             if method != Method::GET {
@@ -296,6 +359,26 @@ async fn dispatch(
             tiers_request(shared, parts, body, Verb::Watch, name, query, &user, record).await
         }
     }
+}
+
+/// The verb of a request on a collection (`named: false`) or one object, as kube-apiserver
+/// maps methods (`GET` with `watch=true` on a collection is a watch).
+fn object_verb(method: &Method, named: bool, query: &[(String, String)]) -> Option<Verb> {
+    let watching = query
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "watch")
+        .is_some_and(|(_, v)| v == "true" || v == "1");
+    Some(match (method, named) {
+        (&Method::GET, false) if watching => Verb::Watch,
+        (&Method::GET, false) => Verb::List,
+        (&Method::GET, true) => Verb::Get,
+        (&Method::POST, false) => Verb::Create,
+        (&Method::PUT, true) => Verb::Update,
+        (&Method::PATCH, true) => Verb::Patch,
+        (&Method::DELETE, true) => Verb::Delete,
+        _ => return None,
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

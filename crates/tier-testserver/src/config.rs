@@ -121,6 +121,9 @@ pub struct ServerConfig {
     pub default_watch_timeout: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Antrea's `ClusterNetworkPolicy` feature gate, for [`AdmissionMode::BuiltinAntrea`]: new
+    /// Tiers may not take priority 220.
+    pub cluster_network_policy: bool,
 }
 
 impl Default for ServerConfig {
@@ -132,6 +135,7 @@ impl Default for ServerConfig {
             bookmark_interval: Some(Duration::from_secs(1)),
             default_watch_timeout: Duration::from_secs(1800),
             max_body_bytes: 3 * 1024 * 1024,
+            cluster_network_policy: false,
         }
     }
 }
@@ -148,6 +152,13 @@ impl ServerConfig {
     #[must_use]
     pub fn admission(mut self, mode: AdmissionMode) -> Self {
         self.admission = mode;
+        self
+    }
+
+    /// Turns Antrea's `ClusterNetworkPolicy` feature gate on or off for the built-in admission.
+    #[must_use]
+    pub fn cluster_network_policy(mut self, enabled: bool) -> Self {
+        self.cluster_network_policy = enabled;
         self
     }
 

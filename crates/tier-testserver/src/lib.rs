@@ -15,7 +15,9 @@
 //! recorded in a [`RequestLog`].
 //!
 //! Code map: `server` (listener, connections, [`TestApiServer`]), `api` (routing,
-//! authentication, faults, logging), `tiers` and `watch` (the Tier verbs), `store`
+//! authentication, faults, logging), `tiers` and `watch` (the Tier verbs; `watch` also serves
+//! the policy watches), [`policies`] (Antrea's ClusterNetworkPolicies and NetworkPolicies, 404
+//! when "not installed"), `store`
 //! (storage, resourceVersions, history), `tier` (the CRD schema), `antrea` (Antrea's system
 //! Tiers and webhook rules), `admission` (admission modes and the webhook client),
 //! `events`, `resources` (Secrets and ValidatingWebhookConfigurations), `auth` (TokenReview and
@@ -58,6 +60,7 @@ mod faults;
 mod kubeconfig;
 mod log;
 mod patch;
+pub mod policies;
 mod reply;
 mod resources;
 mod selector;
@@ -75,6 +78,7 @@ pub use error::Error;
 pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
 pub use log::{Endpoint, RequestLog, RequestRecord};
 pub use resources::ObjectKind;
+pub use policies::{Policies, PolicyResource};
 pub use server::TestApiServer;
 pub use status::{Cause, ResourceName, StatusError};
 pub use store::{EventsApi, Store};

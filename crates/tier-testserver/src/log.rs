@@ -13,6 +13,8 @@ use crate::faults::{FaultKind, Verb};
 pub enum Endpoint {
     /// `/apis/crd.antrea.io/v1beta1/tiers[/{name}]`.
     Tiers,
+    /// Antrea's ClusterNetworkPolicy and NetworkPolicy endpoints.
+    Policies,
     /// The core or `events.k8s.io` Events endpoints.
     Events,
     /// Secrets and ValidatingWebhookConfigurations.

@@ -103,7 +103,7 @@ impl TestApiServer {
             .await
             .map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::LocalAddr)?;
-        let admission = Admission::new(config.admission.clone())?;
+        let admission = Admission::new(config.admission.clone(), config.cluster_network_policy)?;
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (watch_generation, _) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -176,7 +176,10 @@ impl TestApiServer {
     ///
     /// Fails when a webhook mode's CA bundle is unusable (the mode is then unchanged).
     pub fn set_admission(&self, mode: AdmissionMode) -> Result<(), Error> {
-        let admission = Arc::new(Admission::new(mode)?);
+        let admission = Arc::new(Admission::new(
+            mode,
+            self.shared.config.cluster_network_policy,
+        )?);
         *self
             .shared
             .admission

@@ -1,4 +1,4 @@
-//! Storage: Tiers and recorded Events, the global resourceVersion, and the retained change
+//! Storage: Tiers, Antrea's policies ([`Policies`]) and recorded Events, the global resourceVersion, and the retained change
 //! history that watches replay and consistent list pages are rebuilt from.
 //!
 //! [`Store`] is also the "other actors" API: tests write Tiers through it at any time,
@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::policies::Policies;
 use crate::status::{ResourceName, StatusError};
 use crate::tier::{self, API_VERSION, KIND, TIERS};
 use crate::util::{
@@ -103,6 +104,7 @@ pub struct Store {
 struct Inner {
     state: Mutex<State>,
     changes: broadcast::Sender<Arc<Change>>,
+    policies: Policies,
 }
 
 struct State {
@@ -147,8 +149,14 @@ impl Store {
                     objects: BTreeMap::new(),
                 }),
                 changes,
+                policies: Policies::default(),
             }),
         }
+    }
+
+    /// Antrea's policy resources (ClusterNetworkPolicies and NetworkPolicies).
+    pub fn policies(&self) -> Policies {
+        self.inner.policies.clone()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -461,18 +469,7 @@ impl Store {
                     .cloned()
                     .collect()
             }
-            _ => state
-                .tiers
-                .values()
-                .map(|obj| {
-                    Arc::new(Change {
-                        rv: object_rv(obj).and_then(parse_rv).unwrap_or(state.rv),
-                        kind: ChangeType::Added,
-                        object: obj.clone(),
-                        old: None,
-                    })
-                })
-                .collect(),
+            _ => added(state.tiers.values(), state.rv),
         };
         Ok(Subscription {
             initial,
@@ -488,15 +485,7 @@ impl Store {
         receiver: &mut broadcast::Receiver<Arc<Change>>,
     ) -> Result<(u64, Vec<Arc<Change>>), broadcast::error::TryRecvError> {
         let state = self.state();
-        let mut pending = Vec::new();
-        loop {
-            match receiver.try_recv() {
-                Ok(change) => pending.push(change),
-                Err(broadcast::error::TryRecvError::Empty) => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((state.rv, pending))
+        Ok((state.rv, drain(receiver)?))
     }
 
     /// Records a new Event (POST): 409 AlreadyExists when the name is taken.
@@ -658,6 +647,35 @@ fn find_event(state: &State, api: EventsApi, namespace: &str, name: &str) -> Opt
             && e.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
             && object_name(e) == Some(name)
     })
+}
+
+/// Synthetic ADDED changes for `objects`, at their own resourceVersion (else `rv`): what a
+/// watch from "now" sends first.
+pub(crate) fn added<'a>(objects: impl Iterator<Item = &'a Value>, rv: u64) -> Vec<Arc<Change>> {
+    objects
+        .map(|obj| {
+            Arc::new(Change {
+                rv: object_rv(obj).and_then(parse_rv).unwrap_or(rv),
+                kind: ChangeType::Added,
+                object: obj.clone(),
+                old: None,
+            })
+        })
+        .collect()
+}
+
+/// Every change already queued for `receiver`.
+pub(crate) fn drain(
+    receiver: &mut broadcast::Receiver<Arc<Change>>,
+) -> Result<Vec<Arc<Change>>, broadcast::error::TryRecvError> {
+    let mut pending = Vec::new();
+    loop {
+        match receiver.try_recv() {
+            Ok(change) => pending.push(change),
+            Err(broadcast::error::TryRecvError::Empty) => return Ok(pending),
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Parses a resourceVersion string.

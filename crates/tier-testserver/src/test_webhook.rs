@@ -327,12 +327,20 @@ fn antrea_verdict(store: &Store, request: &Value, controller_user: &str) -> Resu
         .pointer("/userInfo/username")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    let name = old_object
+        .and_then(|o| o.pointer("/metadata/name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     antrea::review(
-        operation,
-        object,
-        old_object,
-        username,
-        controller_user,
+        &antrea::Review {
+            operation,
+            object,
+            old_object,
+            username,
+            controller_user,
+            cluster_network_policy: false,
+            references: store.policies().references(name),
+        },
         &store.list(),
     )
 }

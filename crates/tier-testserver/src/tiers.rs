@@ -56,7 +56,12 @@ pub(crate) async fn serve(
 ) -> Response<ResponseBody> {
     let result = match (verb, name) {
         (Verb::List, _) => list(shared, request),
-        (Verb::Watch, name) => watch::start(shared, request, name),
+        (Verb::Watch, name) => watch::start(
+            shared,
+            request,
+            name.map(|n| format!("metadata.name={n}")),
+            Arc::new(shared.store.clone()),
+        ),
         (Verb::Create, _) => create(shared, request).await,
         (Verb::Get, Some(name)) => get(shared, name),
         (Verb::Update, Some(name)) => update(shared, name, request).await,
@@ -76,7 +81,7 @@ fn get(shared: &Shared, name: &str) -> Result<Response<ResponseBody>, StatusErro
 }
 
 /// A continue token: the list's resourceVersion and the last name returned.
-fn encode_continue(rv: u64, last: &str) -> String {
+pub(crate) fn encode_continue(rv: u64, last: &str) -> String {
     hex_encode(
         json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last})
             .to_string()
@@ -84,7 +89,7 @@ fn encode_continue(rv: u64, last: &str) -> String {
     )
 }
 
-fn decode_continue(token: &str) -> Result<(u64, String), StatusError> {
+pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), StatusError> {
     let invalid = || {
         StatusError::bad_request(
             "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",

@@ -1,6 +1,6 @@
-//! Tier watches: a chunked stream of one JSON event per line (ADDED, MODIFIED, DELETED,
-//! BOOKMARK, ERROR), fed by the store's change channel, ended by `timeoutSeconds`,
-//! [`drop_watches`](crate::TestApiServer::drop_watches) or server shutdown.
+//! Watches: a chunked stream of one JSON event per line (ADDED, MODIFIED, DELETED, BOOKMARK,
+//! ERROR), fed by a [`Feed`] (the Tier store, or one Antrea policy resource), ended by
+//! `timeoutSeconds`, [`drop_watches`](crate::TestApiServer::drop_watches) or server shutdown.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,9 +16,51 @@ use crate::reply::{self, ResponseBody};
 use crate::selector::Selector;
 use crate::server::Shared;
 use crate::status::StatusError;
-use crate::store::{Change, ChangeType, Subscription, parse_rv};
+use crate::store::{Change, ChangeType, Store, Subscription, parse_rv};
 use crate::tier::{API_VERSION, KIND};
 use crate::tiers::TierRequest;
+
+/// What a watch streams: a resource's changes, replayable from a resourceVersion.
+pub(crate) trait Feed: Send + Sync + 'static {
+    /// Starts a subscription; see [`Store::subscribe`].
+    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError>;
+    /// The current resourceVersion with every change queued for `receiver`.
+    fn sync_point(
+        &self,
+        receiver: &mut tokio::sync::broadcast::Receiver<Arc<Change>>,
+    ) -> Result<(u64, Vec<Arc<Change>>), tokio::sync::broadcast::error::TryRecvError>;
+    /// The current resourceVersion.
+    fn resource_version(&self) -> u64;
+    /// `kind` of the objects (for BOOKMARK events).
+    fn kind(&self) -> &'static str;
+    /// Whether [`expire_next_watch`](crate::TestApiServer::expire_next_watch) applies.
+    fn expirable(&self) -> bool;
+}
+
+impl Feed for Store {
+    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError> {
+        Store::subscribe(self, from, initial)
+    }
+
+    fn sync_point(
+        &self,
+        receiver: &mut tokio::sync::broadcast::Receiver<Arc<Change>>,
+    ) -> Result<(u64, Vec<Arc<Change>>), tokio::sync::broadcast::error::TryRecvError> {
+        Store::sync_point(self, receiver)
+    }
+
+    fn resource_version(&self) -> u64 {
+        Store::resource_version(self)
+    }
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn expirable(&self) -> bool {
+        true
+    }
+}
 
 /// Chunks buffered between the watch task and the connection.
 const STREAM_BUFFER: usize = 256;
@@ -30,7 +72,8 @@ struct WatchParams {
     timeout: Duration,
 }
 
-/// Starts a watch (`name` restricts it to one Tier, for the `/watch/tiers/{name}` form).
+/// Starts a watch of `feed`; `scope` is a field selector added to the request's (one Tier for
+/// the `/watch/tiers/{name}` form, one namespace for a namespaced path).
 ///
 /// A resourceVersion older than the retained history, or an armed
 /// [`expire_next_watch`](crate::TestApiServer::expire_next_watch), yields a 200 stream
@@ -38,17 +81,18 @@ struct WatchParams {
 pub(crate) fn start(
     shared: &Arc<Shared>,
     request: &TierRequest<'_>,
-    name: Option<&str>,
+    scope: Option<String>,
+    feed: Arc<dyn Feed>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     let mut field_selector = request
         .param("fieldSelector")
         .unwrap_or_default()
         .to_owned();
-    if let Some(name) = name {
+    if let Some(scope) = scope {
         if !field_selector.is_empty() {
             field_selector.push(',');
         }
-        field_selector.push_str(&format!("metadata.name={name}"));
+        field_selector.push_str(&scope);
     }
     let selector = Selector::parse(
         request.param("labelSelector").unwrap_or_default(),
@@ -71,23 +115,24 @@ pub(crate) fn start(
             .map_or(shared.config.default_watch_timeout, Duration::from_secs),
     };
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
-    let expired = shared
-        .expire_watches
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok();
+    let expired = feed.expirable()
+        && shared
+            .expire_watches
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
     let subscription = if expired {
-        let rv = shared.store.resource_version();
+        let rv = feed.resource_version();
         Err(StatusError::expired(format!(
             "too old resource version: {} ({})",
             from.unwrap_or(rv),
             rv + 1
         )))
     } else {
-        shared.store.subscribe(from, params.initial_events)
+        feed.subscribe(from, params.initial_events)
     };
     match subscription {
         Ok(subscription) => {
-            tokio::spawn(run(Arc::clone(shared), subscription, params, sender));
+            tokio::spawn(run(Arc::clone(shared), feed, subscription, params, sender));
         }
         Err(error) => {
             // The channel is empty, so this cannot fail for lack of room; dropping the
@@ -116,6 +161,7 @@ impl Drop for OpenWatch<'_> {
 
 async fn run(
     shared: Arc<Shared>,
+    feed: Arc<dyn Feed>,
     subscription: Subscription,
     params: WatchParams,
     sender: mpsc::Sender<Bytes>,
@@ -134,7 +180,8 @@ async fn run(
             return;
         }
     }
-    if params.initial_events && sender.send(bookmark(rv, true)).await.is_err() {
+    let kind = feed.kind();
+    if params.initial_events && sender.send(bookmark(kind, rv, true)).await.is_err() {
         return;
     }
     let deadline = tokio::time::sleep(params.timeout);
@@ -151,7 +198,7 @@ async fn run(
             () = crate::util::stopped(&mut shutdown) => break,
             () = sender.closed() => break,
             () = tick(&mut ticker) => {
-                let Ok((rv, pending)) = shared.store.sync_point(&mut receiver) else {
+                let Ok((rv, pending)) = feed.sync_point(&mut receiver) else {
                     break;
                 };
                 for change in &pending {
@@ -159,7 +206,7 @@ async fn run(
                         return;
                     }
                 }
-                if sender.send(bookmark(rv, false)).await.is_err() {
+                if sender.send(bookmark(kind, rv, false)).await.is_err() {
                     return;
                 }
             }
@@ -211,14 +258,14 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(text)
 }
 
-/// A BOOKMARK at `rv`; `initial_end` marks the end of `sendInitialEvents`.
-fn bookmark(rv: u64, initial_end: bool) -> Bytes {
+/// A BOOKMARK of `kind` at `rv`; `initial_end` marks the end of `sendInitialEvents`.
+fn bookmark(kind: &str, rv: u64, initial_end: bool) -> Bytes {
     let mut metadata = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
     line(
         "BOOKMARK",
-        &json!({"kind": KIND, "apiVersion": API_VERSION, "metadata": metadata}),
+        &json!({"kind": kind, "apiVersion": API_VERSION, "metadata": metadata}),
     )
 }

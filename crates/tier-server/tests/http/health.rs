@@ -153,6 +153,7 @@ async fn readyz_set_is_configurable() {
     let config = HealthConfig {
         livez: vec![],
         readyz: vec!["system-tiers".into(), "shutdown".into()],
+        ..HealthConfig::default()
     };
     let router = Routes::new(f.readiness.clone())
         .health(config)
@@ -287,4 +288,40 @@ async fn graceful_shutdown_after_the_drain_delay() {
         .unwrap()
         .unwrap();
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn policy_cache_checks_are_listed_but_never_fail_readyz() {
+    let f = fixture();
+    f.status.send_replace(synced());
+    let (acnp, acnp_rx) = watch::channel(CheckState::failed("listing: 403 Forbidden"));
+    f.readiness
+        .register(readiness::ACNP_CACHE_SYNCED, acnp_rx)
+        .register(
+            readiness::ANNP_CACHE_SYNCED,
+            readiness::from_fn(|| CheckState::Ok),
+        );
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+    // Tier creates must not wait for the policy caches: /readyz stays 200.
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    let reply = get(server.addr, "/readyz?verbose").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        reply.body,
+        "[+]tier-cache-synced ok\n[+]shutdown ok\n\
+         [-]acnp-cache-synced failed (informational): listing: 403 Forbidden\n\
+         [+]annp-cache-synced ok (informational)\nreadyz check passed\n"
+    );
+    // Each is still its own check.
+    assert_eq!(
+        get(server.addr, "/readyz/acnp-cache-synced").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    acnp.send_replace(CheckState::Ok);
+    assert_eq!(
+        get(server.addr, "/readyz/acnp-cache-synced").await.status,
+        StatusCode::OK
+    );
+    server.stop().await.unwrap();
 }

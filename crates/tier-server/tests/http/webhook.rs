@@ -4,11 +4,19 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use tier_core::Snapshot;
-use tier_core::admission::AdmissionPolicy;
-use tier_server::readiness::{self, CheckState, ListerSynced, TIER_CACHE_SYNCED};
-use tier_server::webhook::{NOT_SYNCED, PATH};
-use tier_server::{Readiness, Routes, Webhook};
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use tier_core::admission::{AdmissionPolicy, ReferenceIndex};
+use tier_core::{Snapshot, TierSpec, TierWriter, WriteError};
+use tier_server::readiness::{
+    self, ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckState, ListerSynced, TIER_CACHE_SYNCED,
+};
+use tier_server::webhook::{NOT_SYNCED, PATH, POLICIES_NOT_SYNCED};
+use tier_server::{
+    PolicyReferences, Readiness, ReservationTable, ReservingWriter, Routes, Webhook,
+};
 
 use crate::common::{FakeLister, Running, observed, post, system_tiers};
 
@@ -16,22 +24,85 @@ const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
 
 struct Fixture {
     lister: Arc<FakeLister>,
+    acnps: Arc<FakeIndex>,
+    annps: Arc<FakeIndex>,
+    reservations: ReservationTable,
+    clock: Arc<std::sync::Mutex<std::time::Instant>>,
     server: Running,
 }
 
-/// A webhook whose `tier-cache-synced` check follows the fake lister.
+impl Fixture {
+    /// Moves the reservations' injected clock forward.
+    fn advance(&self, by: Duration) {
+        *self.clock.lock().unwrap() += by;
+    }
+}
+
+/// A policy cache by hand: `None` until synced, then counts by Tier.
+#[derive(Default)]
+struct FakeIndex(RwLock<Option<BTreeMap<String, usize>>>);
+
+impl FakeIndex {
+    fn synced(counts: &[(&str, usize)]) -> Arc<Self> {
+        let index = Self::default();
+        index.set(Some(counts));
+        Arc::new(index)
+    }
+
+    fn set(&self, counts: Option<&[(&str, usize)]>) {
+        *self.0.write().unwrap() =
+            counts.map(|c| c.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect());
+    }
+
+    fn check(self: &Arc<Self>) -> impl readiness::Check {
+        let index = Arc::clone(self);
+        readiness::from_fn(move || match index.references("") {
+            Some(_) => CheckState::Ok,
+            None => CheckState::failed("not listed yet"),
+        })
+    }
+}
+
+impl ReferenceIndex for FakeIndex {
+    fn references(&self, tier: &str) -> Option<usize> {
+        self.0
+            .read()
+            .unwrap()
+            .as_ref()
+            .map(|m| m.get(tier).copied().unwrap_or(0))
+    }
+}
+
+/// A webhook whose checks follow the fake lister and the fake policy caches (synced, empty).
 async fn fixture(snapshot: Snapshot) -> Fixture {
+    fixture_with(snapshot, AdmissionPolicy::antrea(CONTROLLER)).await
+}
+
+async fn fixture_with(snapshot: Snapshot, policy: AdmissionPolicy) -> Fixture {
     let lister = Arc::new(FakeLister::default());
     lister.set(snapshot);
+    let (acnps, annps) = (FakeIndex::synced(&[]), FakeIndex::synced(&[]));
     let readiness = Readiness::new();
-    readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
-    let webhook = Webhook::new(
-        lister.clone(),
-        AdmissionPolicy::antrea(CONTROLLER),
-        &readiness,
-    );
+    readiness
+        .register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()))
+        .register(ACNP_CACHE_SYNCED, acnps.check())
+        .register(ANNP_CACHE_SYNCED, annps.check());
+    let clock = Arc::new(std::sync::Mutex::new(std::time::Instant::now()));
+    let now = clock.clone();
+    let reservations =
+        ReservationTable::with_clock(Duration::from_secs(10), move || *now.lock().unwrap());
+    let webhook = Webhook::new(lister.clone(), policy, &readiness)
+        .policy_references(PolicyReferences::new(acnps.clone(), annps.clone()))
+        .reservations(reservations.clone());
     let server = Running::plain(Routes::new(readiness).webhook(webhook).into_router()).await;
-    Fixture { lister, server }
+    Fixture {
+        lister,
+        acnps,
+        annps,
+        reservations,
+        clock,
+        server,
+    }
 }
 
 fn tier(name: &str, priority: i64, description: &str) -> Value {
@@ -115,6 +186,22 @@ async fn denied(server: &Running, body: &Value, message: &str) {
     assert_eq!(response["status"].get("code"), None);
 }
 
+/// Asserts a retryable not-synced refusal with `message`, in a well-formed review.
+async fn not_synced(server: &Running, body: &Value, message: &str) {
+    let response = send(server, body).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(
+        response["status"],
+        json!({
+            "status": "Failure",
+            "code": 503,
+            "reason": "ServiceUnavailable",
+            "message": message,
+            "details": {"retryAfterSeconds": 1},
+        })
+    );
+}
+
 #[tokio::test]
 async fn create_rules() {
     let f = fixture(system_tiers()).await;
@@ -189,6 +276,215 @@ async fn delete_rules() {
 }
 
 #[tokio::test]
+async fn a_tier_that_policies_reference_cannot_be_deleted() {
+    let f = fixture(system_tiers()).await;
+    let s = &f.server;
+    f.acnps.set(Some(&[("mine", 2), ("platform", 1)]));
+    f.annps.set(Some(&[("mine", 3), ("theirs", 1)]));
+    // Antrea's order: reserved name, then ClusterNetworkPolicies, then NetworkPolicies.
+    denied(
+        s,
+        &delete("u1", "platform"),
+        "cannot delete reserved tier platform",
+    )
+    .await;
+    denied(
+        s,
+        &delete("u2", "mine"),
+        "tier mine is referenced by 2 Antrea ClusterNetworkPolicies",
+    )
+    .await;
+    denied(
+        s,
+        &delete("u3", "theirs"),
+        "tier theirs is referenced by 1 Antrea NetworkPolicies",
+    )
+    .await;
+    f.acnps.set(Some(&[]));
+    denied(
+        s,
+        &delete("u4", "mine"),
+        "tier mine is referenced by 3 Antrea NetworkPolicies",
+    )
+    .await;
+    f.annps.set(Some(&[]));
+    allowed(s, &delete("u5", "mine")).await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn only_delete_waits_for_the_policy_caches() {
+    let f = fixture(system_tiers()).await;
+    f.annps.set(None);
+    // Creates and updates need the Tier cache only.
+    allowed(&f.server, &create("u1", "mine", 10)).await;
+    allowed(
+        &f.server,
+        &update("u2", "baseline", CONTROLLER, (1, ""), (253, "")),
+    )
+    .await;
+    // A delete is refused, retryably, in a well-formed review.
+    not_synced(&f.server, &delete("u3", "mine"), POLICIES_NOT_SYNCED).await;
+    f.annps.set(Some(&[]));
+    allowed(&f.server, &delete("u4", "mine")).await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_policy_caches_a_delete_is_never_allowed() {
+    let lister = Arc::new(FakeLister::default());
+    lister.set(system_tiers());
+    let readiness = Readiness::new();
+    readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+    let webhook = Webhook::new(lister, AdmissionPolicy::antrea(CONTROLLER), &readiness);
+    let server = Running::plain(webhook.routes()).await;
+    let response = send(&server, &delete("u1", "mine")).await;
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 503);
+    allowed(&server, &create("u2", "mine", 10)).await;
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_gate_reserves_220_for_new_tiers_only() {
+    let policy = AdmissionPolicy::antrea(CONTROLLER).with_rules(tier_core::ValidationRules {
+        cluster_network_policy: true,
+        ..tier_core::ValidationRules::default()
+    });
+    let f = fixture_with(system_tiers(), policy).await;
+    denied(
+        &f.server,
+        &create("u1", "mine", 220),
+        "tier mine priority 220 is reserved for upstream ClusterNetworkPolicy when the \
+         ClusterNetworkPolicy feature gate is enabled; choose a different priority",
+    )
+    .await;
+    allowed(
+        &f.server,
+        &update("u2", "old", "alice", (220, "a"), (220, "b")),
+    )
+    .await;
+    allowed(&f.server, &delete("u3", "old")).await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_admitted_priority_stays_taken_until_the_cache_shows_it_or_the_ttl_passes() {
+    let f = fixture(system_tiers()).await;
+    let s = &f.server;
+    allowed(s, &create("u1", "first", 10)).await;
+    // The cache has not seen `first` yet; Antrea would allow this one too.
+    denied(
+        s,
+        &create("u2", "second", 10),
+        "tier second priority 10 overlaps with existing Tier",
+    )
+    .await;
+    // A retry of the admitted create itself still passes.
+    allowed(s, &create("u3", "first", 10)).await;
+    // The write never landed: after the TTL the priority is free again.
+    f.advance(Duration::from_secs(9));
+    denied(
+        s,
+        &create("u3b", "second", 10),
+        "tier second priority 10 overlaps with existing Tier",
+    )
+    .await;
+    f.advance(Duration::from_secs(1));
+    allowed(s, &create("u4", "second", 10)).await;
+    // This time it lands: the cache takes over and the reservation goes.
+    let mut tiers: Vec<_> = system_tiers().tiers.unwrap().values().cloned().collect();
+    tiers.push(observed("second", 10));
+    f.lister.set(Snapshot::synced(2, tiers));
+    denied(
+        s,
+        &create("u5", "third", 10),
+        "tier third priority 10 overlaps with existing Tier",
+    )
+    .await;
+    assert!(
+        f.reservations.held().is_empty(),
+        "{:?}",
+        f.reservations.held()
+    );
+    // An update moving a Tier reserves its new priority; a dry run reserves nothing.
+    allowed(s, &update("u6", "baseline", CONTROLLER, (1, ""), (30, ""))).await;
+    denied(
+        s,
+        &create("u7", "x", 30),
+        "tier x priority 30 overlaps with existing Tier",
+    )
+    .await;
+    let mut dry = create("u8", "y", 31);
+    dry["request"]["dryRun"] = json!(true);
+    allowed(s, &dry).await;
+    allowed(s, &create("u9", "z", 31)).await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn concurrent_creates_at_one_priority_admit_exactly_one() {
+    for trial in 0..30 {
+        // A fresh webhook each trial: admitted priorities would soon reach the 20-priority limit.
+        let f = fixture(system_tiers()).await;
+        let priority = 10 + trial;
+        let requests = (0..8).map(|i| {
+            let body = create(&format!("u{trial}-{i}"), &format!("t{trial}-{i}"), priority);
+            let addr = f.server.addr;
+            tokio::spawn(async move { post(addr, PATH, body.to_string()).await.json() })
+        });
+        let mut admitted = 0;
+        for request in requests {
+            let review = request.await.unwrap();
+            admitted += usize::from(review["response"]["allowed"] == true);
+        }
+        assert_eq!(admitted, 1, "trial {trial}");
+        f.server.stop().await.unwrap();
+    }
+}
+
+/// A writer that always succeeds.
+struct Accepting;
+
+#[async_trait::async_trait]
+impl TierWriter for Accepting {
+    async fn create(&self, _tier: &TierSpec) -> Result<(), WriteError> {
+        Ok(())
+    }
+
+    async fn update(&self, _tier: &TierSpec, _rv: &str) -> Result<(), WriteError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn tierds_own_writes_take_their_priority_at_once() {
+    let f = fixture(Snapshot::synced(1, [])).await;
+    let writer = ReservingWriter::new(Accepting, f.reservations.clone());
+    writer
+        .create(&TierSpec::new("baseline", 253, ""))
+        .await
+        .unwrap();
+    denied(
+        &f.server,
+        &create("u1", "squatter", 253),
+        "tier squatter priority 253 overlaps with existing Tier",
+    )
+    .await;
+    writer
+        .update(&TierSpec::new("application", 250, ""), "3")
+        .await
+        .unwrap();
+    denied(
+        &f.server,
+        &create("u2", "squatter", 250),
+        "tier squatter priority 250 overlaps with existing Tier",
+    )
+    .await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn before_the_cache_syncs_every_review_is_a_retryable_denial() {
     let f = fixture(Snapshot::default()).await;
     for body in [
@@ -196,18 +492,7 @@ async fn before_the_cache_syncs_every_review_is_a_retryable_denial() {
         update("u2", "baseline", CONTROLLER, (1, ""), (253, "")),
         delete("u3", "mine"),
     ] {
-        let response = send(&f.server, &body).await;
-        assert_eq!(response["allowed"], false);
-        assert_eq!(
-            response["status"],
-            json!({
-                "status": "Failure",
-                "code": 503,
-                "reason": "ServiceUnavailable",
-                "message": NOT_SYNCED,
-                "details": {"retryAfterSeconds": 1},
-            })
-        );
+        not_synced(&f.server, &body, NOT_SYNCED).await;
     }
     f.lister.set(system_tiers());
     allowed(&f.server, &create("u4", "mine", 10)).await;
