@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister, TierState};
-use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
+use tier_kube::{ClientOptions, KubeLister, WriterConfig};
 
 use crate::cli::{ClusterArgs, EnsureArgs, PlanArgs, exit};
 use crate::{plan, signals, tiers_file};
@@ -49,6 +49,16 @@ pub enum CommandError {
     /// The HTTP server failed (exit 1).
     #[error("the HTTP server failed: {0}")]
     Serve(#[from] tier_server::server::ServeError),
+    /// The API server could not say who tierd is, and `--controller-user` is not set (exit 1).
+    #[error("cannot default the webhook's controller user: {0}")]
+    Identity(#[source] tier_kube::IdentityError),
+    /// The API server did not say who tierd is in time, and `--controller-user` is not set
+    /// (exit 1).
+    #[error(
+        "the API server did not say who tierd is within {0:?} (SelfSubjectReview); check the \
+         connection or set --controller-user"
+    )]
+    IdentityTimeout(Duration),
     /// A task of tierd ended unexpectedly (exit 1).
     #[error("a tierd task ended unexpectedly: {0}")]
     Task(String),
@@ -104,6 +114,16 @@ pub fn client_options(args: &ClusterArgs) -> ClientOptions {
     }
 }
 
+/// The clients the flags select, from one configuration: the shared one (kube's defaults,
+/// retries on: the watch, Events, identity) and the writer's (retries off; see
+/// [`tier_kube::client`]).
+pub async fn clients(args: &ClusterArgs) -> Result<(kube::Client, kube::Client), CommandError> {
+    let config = tier_kube::client::config(&client_options(args)).await?;
+    let shared = tier_kube::client::client_from_config(config.clone())?;
+    let writer = tier_kube::client::writer_client(config)?;
+    Ok((shared, writer))
+}
+
 /// The writer configuration the flags select.
 pub fn writer_config(args: &ClusterArgs) -> WriterConfig {
     WriterConfig {
@@ -137,9 +157,9 @@ pub async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
 /// `tierd ensure`: converges every Tier once; with `--timeout`, gives up naming the laggards.
 pub async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
     let desired = desired(&args.cluster)?;
-    let client = tier_kube::client::client(&client_options(&args.cluster)).await?;
-    let lister = KubeLister::start(client.clone())?;
-    let writer = KubeWriter::new(client, writer_config(&args.cluster)).with_store(lister.store());
+    let (client, writer_client) = clients(&args.cluster).await?;
+    let lister = KubeLister::start(client)?;
+    let writer = lister.writer(writer_client, writer_config(&args.cluster));
     let ensurer = tier_runtime::spawn(lister, writer, desired, DriverConfig::default(), Mode::Once);
     let status = ensurer.status();
     let cancel = ensurer.cancellation();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, TierLister};
-use tier_kube::{KubeLister, KubeWriter};
+use tier_kube::KubeLister;
 use tier_server::readiness::{SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn};
 use tier_server::tls::{CertFiles, CertReloader};
 use tier_server::{
@@ -58,6 +58,36 @@ pub fn cache_synced(lister: KubeLister) -> impl Check {
     })
 }
 
+/// The user the webhook lets change priorities: `--controller-user`, else the identity tierd's
+/// own client authenticates as (its writes are the corrections the webhook must let through).
+///
+/// # Errors
+///
+/// [`CommandError::Identity`] when the flag is not set and the API server cannot say (too old
+/// for SelfSubjectReview, unreachable within the call timeout): set `--controller-user`.
+pub async fn controller_user(
+    args: &RunArgs,
+    client: &kube::Client,
+) -> Result<String, CommandError> {
+    if let Some(user) = &args.controller_user {
+        tracing::info!(%user, "the webhook lets this user change priorities (--controller-user)");
+        return Ok(user.clone());
+    }
+    let asked = tokio::time::timeout(
+        args.cluster.call_timeout,
+        tier_kube::identity::whoami(client),
+    )
+    .await;
+    match asked {
+        Ok(Ok(user)) => {
+            tracing::info!(%user, "the webhook lets this user change priorities (tierd's own identity)");
+            Ok(user)
+        }
+        Ok(Err(error)) => Err(CommandError::Identity(error)),
+        Err(_) => Err(CommandError::IdentityTimeout(args.cluster.call_timeout)),
+    }
+}
+
 /// Runs the daemon until a signal; see the module docs.
 pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let desired = commands::desired(&args.cluster)?;
@@ -66,12 +96,12 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         _ => None,
     };
     let listener = tier_server::server::bind(args.listen).await?;
-    let client = tier_kube::client::client(&commands::client_options(&args.cluster)).await?;
+    let (client, writer_client) = commands::clients(&args.cluster).await?;
     let lister = KubeLister::start(client.clone())?;
-    let writer = KubeWriter::new(client.clone(), commands::writer_config(&args.cluster))
-        .with_store(lister.store());
+    let writer = lister.writer(writer_client, commands::writer_config(&args.cluster));
 
-    let policy = policy(&desired, &args.controller_user);
+    let user = controller_user(args, &client).await?;
+    let policy = policy(&desired, &user);
     let events_client = client.clone();
     let ensurer = tier_runtime::spawn(
         lister.clone(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{Harness, PATIENCE, antrea_admission, start};
 use tier_core::{Backoff, DesiredSet, DriverConfig, MachineConfig, Mode, Stopped, TierState};
-use tier_kube::{KubeLister, KubeWriter, WriterConfig};
+use tier_kube::{KubeLister, WriterConfig};
 use tier_runtime::Ensurer;
 use tier_testserver::{Fault, Verb};
 
@@ -35,7 +35,7 @@ fn ensure(h: &Harness, mode: Mode) -> Ensurer {
         call_timeout: Duration::from_secs(1),
         ..WriterConfig::default()
     };
-    let writer = KubeWriter::new(h.client.clone(), config).with_store(lister.store());
+    let writer = lister.writer(h.writer_client.clone(), config);
     tier_runtime::spawn(lister, writer, DesiredSet::antrea(), fast(), mode)
 }
 

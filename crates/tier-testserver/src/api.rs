@@ -37,6 +37,8 @@ enum Route {
         name: Option<String>,
     },
     Discovery(Document),
+    /// `selfsubjectreviews`: who the request's credentials are.
+    SelfSubjectReview,
     Health,
     Unknown,
 }
@@ -85,6 +87,9 @@ impl Route {
                 namespace: owned(ns),
                 name: Some(owned(name)),
             },
+            ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] => {
+                Self::SelfSubjectReview
+            }
             ["healthz" | "livez" | "readyz", ..] => Self::Health,
             _ => Document::for_path(&format!("/{trimmed}")).map_or(Self::Unknown, Self::Discovery),
         }
@@ -95,6 +100,7 @@ impl Route {
             Self::Tiers { .. } | Self::WatchTiers { .. } => Endpoint::Tiers,
             Self::Events { .. } => Endpoint::Events,
             Self::Discovery(_) | Self::Health => Endpoint::Discovery,
+            Self::SelfSubjectReview => Endpoint::Identity,
             Self::Unknown => Endpoint::Unknown,
         }
     }
@@ -168,6 +174,27 @@ async fn dispatch(
             }
         }
         Route::Unknown => respond(&StatusError::path_not_found()),
+        Route::SelfSubjectReview if !shared.config.self_subject_review => {
+            respond(&StatusError::path_not_found())
+        }
+        Route::SelfSubjectReview => {
+            if method != Method::POST {
+                return respond(&StatusError::method_not_allowed(method.as_str()));
+            }
+            // As kube-apiserver: the body's content does not matter, the credentials do.
+            Outcome::Respond(reply::json(
+                201,
+                &serde_json::json!({
+                    "kind": "SelfSubjectReview",
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"creationTimestamp": null},
+                    "status": {"userInfo": {
+                        "username": user,
+                        "groups": ["system:authenticated"],
+                    }},
+                }),
+            ))
+        }
         Route::Events {
             api,
             namespace,

@@ -121,6 +121,9 @@ pub struct ServerConfig {
     pub default_watch_timeout: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Whether `authentication.k8s.io/v1` `selfsubjectreviews` is served (Kubernetes 1.28+;
+    /// off: 404, as an older server answers).
+    pub self_subject_review: bool,
 }
 
 impl Default for ServerConfig {
@@ -132,6 +135,7 @@ impl Default for ServerConfig {
             bookmark_interval: Some(Duration::from_secs(1)),
             default_watch_timeout: Duration::from_secs(1800),
             max_body_bytes: 3 * 1024 * 1024,
+            self_subject_review: true,
         }
     }
 }
@@ -155,6 +159,13 @@ impl ServerConfig {
     #[must_use]
     pub fn watch_window(mut self, changes: usize) -> Self {
         self.watch_window = changes;
+        self
+    }
+
+    /// Serves no `selfsubjectreviews`, like a server older than Kubernetes 1.28.
+    #[must_use]
+    pub fn without_self_subject_review(mut self) -> Self {
+        self.self_subject_review = false;
         self
     }
 

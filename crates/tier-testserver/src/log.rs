@@ -17,6 +17,8 @@ pub enum Endpoint {
     Events,
     /// Discovery, `/version` and health endpoints.
     Discovery,
+    /// `authentication.k8s.io/v1` `selfsubjectreviews`: who the request's credentials are.
+    Identity,
     /// Anything else (answered 404).
     Unknown,
 }
