@@ -16,7 +16,7 @@ use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, TierLister};
 use tier_kube::KubeLister;
-use tier_server::readiness::{SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn};
+use tier_server::readiness::{SYSTEM_TIERS, SystemTiers, TIER_CACHE_SYNCED, from_fn};
 use tier_server::tls::{CertFiles, CertReloader};
 use tier_server::{
     Check, CheckState, HealthConfig, Readiness, Routes, Server, Shutdown, Webhook, metrics,
@@ -121,10 +121,10 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let shutdown = Shutdown::new();
     let readiness = Readiness::standard(status.clone(), &shutdown);
     readiness.register(TIER_CACHE_SYNCED, cache_synced(lister.clone()));
-    let mut health = HealthConfig::default();
     if args.ready_requires_tiers {
-        health.readyz.push(SYSTEM_TIERS.to_owned());
+        readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
     }
+    let health = HealthConfig::default();
     let mut registry = Registry::default();
     metrics::register(&mut registry, status.clone());
     let cache: Arc<dyn TierLister> = Arc::new(lister);

@@ -57,7 +57,9 @@ pub mod tls;
 pub mod webhook;
 
 pub use health::HealthConfig;
-pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
+pub use readiness::{
+    Check, CheckKind, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource,
+};
 pub use server::{Routes, ServeError, Server};
 pub use tls::{CertFiles, CertReloader, TlsError, TlsListener};
 pub use webhook::Webhook;

@@ -15,6 +15,16 @@
 //! | [`SYSTEM_TIERS`] | every system Tier has converged **once** (latched) | [`SystemTiers`] (`Status.initialized`) |
 //! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
 //!
+//! # `/readyz`
+//!
+//! Registering a check is all it takes for it to join `/readyz`
+//! ([`register`](Readiness::register)). A check registered with
+//! [`register_informational`](Readiness::register_informational) is listed by
+//! `/readyz?verbose` and answers at `/readyz/<name>`, but does not fail `/readyz`. The standard
+//! `system-tiers` check is informational (see [`Readiness::standard`] and
+//! [`health`](crate::health) for the deadlock that avoids); registering it again with
+//! `register` makes it required.
+//!
 //! `system-tiers` is latched ("initialized once"), like kube-apiserver's post-start hooks: a
 //! Tier that drifts later is corrected by the driver and shows in the metrics
 //! (`tierd_tier_state`, `tierd_tiers_blocked`), not as a readiness flap that would take the
@@ -319,7 +329,17 @@ pub struct CheckResult {
     pub state: CheckState,
 }
 
-type Entries = Vec<(String, Arc<dyn Check>)>;
+/// Whether a registered check decides `/readyz`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckKind {
+    /// Fails `/readyz` while it fails ([`Readiness::register`]).
+    Required,
+    /// Listed by `/readyz?verbose` and served at `/readyz/<name>`, never fails `/readyz`
+    /// ([`Readiness::register_informational`]).
+    Informational,
+}
+
+type Entries = Vec<(String, CheckKind, Arc<dyn Check>)>;
 
 /// The registry of named checks. Cheap to clone; all clones share one registry, so a check
 /// registered later is seen by gates created earlier.
@@ -342,33 +362,64 @@ impl Readiness {
         Self::default()
     }
 
-    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] and [`SYSTEM_TIERS`]
-    /// from `status`, and [`SHUTDOWN`] from `shutdown`.
+    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] and [`SHUTDOWN`]
+    /// (required), and [`SYSTEM_TIERS`] (informational: see the [`health`](crate::health)
+    /// module for why `/readyz` must not wait for it by default).
     pub fn standard<S: StatusSource + Clone>(status: S, shutdown: &Shutdown) -> Self {
         let readiness = Self::new();
         readiness
             .register(TIER_CACHE_SYNCED, CacheSynced(status.clone()))
-            .register(SYSTEM_TIERS, SystemTiers(status))
-            .register(SHUTDOWN, shutdown.check());
+            .register(SHUTDOWN, shutdown.check())
+            .register_informational(SYSTEM_TIERS, SystemTiers(status));
         readiness
     }
 
-    /// Registers `check` as `name`. A check registered under an existing name replaces it, in
-    /// place (the listing order stays the order of first registration).
+    /// Registers `check` as `name`, required: from now on it is part of `/readyz`. A check
+    /// registered under an existing name replaces it (and its kind) in place: the listing
+    /// order stays the order of first registration.
     pub fn register(&self, name: impl Into<String>, check: impl Check) -> &Self {
-        let name = name.into();
-        let check: Arc<dyn Check> = Arc::new(check);
+        self.insert(name.into(), CheckKind::Required, Arc::new(check))
+    }
+
+    /// Registers `check` as `name`, informational: listed by `/readyz?verbose` and served at
+    /// `/readyz/<name>`, but never failing `/readyz`. Replaces a check of the same name, as
+    /// [`register`](Self::register) does.
+    pub fn register_informational(&self, name: impl Into<String>, check: impl Check) -> &Self {
+        self.insert(name.into(), CheckKind::Informational, Arc::new(check))
+    }
+
+    fn insert(&self, name: String, kind: CheckKind, check: Arc<dyn Check>) -> &Self {
         let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
-        match entries.iter_mut().find(|(n, _)| *n == name) {
-            Some(entry) => entry.1 = check,
-            None => entries.push((name, check)),
+        match entries.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(entry) => *entry = (name, kind, check),
+            None => entries.push((name, kind, check)),
         }
         self
     }
 
     /// The names of the registered checks, in registration order.
     pub fn names(&self) -> Vec<String> {
-        self.snapshot().into_iter().map(|(name, _)| name).collect()
+        self.snapshot()
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect()
+    }
+
+    /// Every registered check with its kind, in registration order: what `/readyz` lists.
+    pub fn kinds(&self) -> Vec<(String, CheckKind)> {
+        self.snapshot()
+            .into_iter()
+            .map(|(name, kind, _)| (name, kind))
+            .collect()
+    }
+
+    /// The kind of the check `name`, or `None` if no such check is registered.
+    pub fn kind(&self, name: &str) -> Option<CheckKind> {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, kind, _)| *kind)
     }
 
     /// Whether a check called `name` is registered.
@@ -421,8 +472,8 @@ impl Readiness {
         let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
         entries
             .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, check)| Arc::clone(check))
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, check)| Arc::clone(check))
     }
 
     fn snapshot(&self) -> Entries {
@@ -654,6 +705,27 @@ mod tests {
             .register("a", from_fn(|| CheckState::failed("x")));
         assert_eq!(readiness.names(), ["a", "b"]);
         assert_eq!(readiness.state("a"), Some(CheckState::failed("x")));
+    }
+
+    #[test]
+    fn registering_decides_the_kind_and_replacing_changes_it() {
+        let shutdown = Shutdown::new();
+        let (_tx, status) = watch::channel(Status::default());
+        let readiness = Readiness::standard(status.clone(), &shutdown);
+        assert_eq!(
+            readiness.kinds(),
+            [
+                (TIER_CACHE_SYNCED.to_owned(), CheckKind::Required),
+                (SHUTDOWN.to_owned(), CheckKind::Required),
+                (SYSTEM_TIERS.to_owned(), CheckKind::Informational),
+            ]
+        );
+        readiness.register("mine", from_fn(|| CheckState::Ok));
+        assert_eq!(readiness.kind("mine"), Some(CheckKind::Required));
+        readiness.register(SYSTEM_TIERS, SystemTiers(status));
+        assert_eq!(readiness.kind(SYSTEM_TIERS), Some(CheckKind::Required));
+        assert_eq!(readiness.names()[2], SYSTEM_TIERS, "replaced in place");
+        assert_eq!(readiness.kind("absent"), None);
     }
 
     #[tokio::test]
