@@ -121,6 +121,8 @@ pub struct ServerConfig {
     pub default_watch_timeout: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// The port to listen on, on 127.0.0.1 (0, the default: any free port).
+    pub port: u16,
     /// Whether `authentication.k8s.io/v1` `selfsubjectreviews` is served (Kubernetes 1.28+;
     /// off: 404, as an older server answers).
     pub self_subject_review: bool,
@@ -135,6 +137,7 @@ impl Default for ServerConfig {
             bookmark_interval: Some(Duration::from_secs(1)),
             default_watch_timeout: Duration::from_secs(1800),
             max_body_bytes: 3 * 1024 * 1024,
+            port: 0,
             self_subject_review: true,
         }
     }
@@ -159,6 +162,13 @@ impl ServerConfig {
     #[must_use]
     pub fn watch_window(mut self, changes: usize) -> Self {
         self.watch_window = changes;
+        self
+    }
+
+    /// Listens on 127.0.0.1:`port` instead of any free port.
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
         self
     }
 
