@@ -252,7 +252,6 @@ async fn livez_can_include_checks() {
     readiness.register("deadlock", rx);
     let config = HealthConfig {
         livez: vec!["deadlock".into()],
-        ..HealthConfig::default()
     };
     let server = Running::plain(Routes::new(readiness).health(config).into_router()).await;
     assert_eq!(get(server.addr, "/livez").await.body, "ok");
