@@ -8,32 +8,15 @@ pub mod review;
 
 use std::sync::{Arc, OnceLock};
 
-use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 use tier_core::admission::AdmissionPolicy;
-use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
-use tier_server::readiness::{ListerSynced, TIER_CACHE_SYNCED};
+use tier_core::{FixedLister, ObservedTier, Snapshot, TierLister};
+use tier_server::readiness::{CacheSynced, TIER_CACHE_SYNCED};
 use tier_server::{Readiness, Webhook};
 
 /// The controller user of the policy under test.
 pub const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
-
-/// A Tier lister holding a fixed, synced snapshot.
-struct FixedLister(Snapshot);
-
-#[async_trait]
-impl TierLister for FixedLister {
-    async fn wait_synced(&self) {}
-
-    fn snapshot(&self) -> Snapshot {
-        self.0.clone()
-    }
-
-    async fn changed(&self, _seen: Generation) {
-        std::future::pending::<()>().await;
-    }
-}
 
 fn observed(name: &str, priority: i64) -> ObservedTier {
     ObservedTier {
@@ -48,7 +31,7 @@ fn observed(name: &str, priority: i64) -> ObservedTier {
 pub fn webhook() -> &'static Webhook {
     static WEBHOOK: OnceLock<Webhook> = OnceLock::new();
     WEBHOOK.get_or_init(|| {
-        let lister: Arc<dyn TierLister> = Arc::new(FixedLister(Snapshot::synced(
+        let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::synced(
             1,
             [
                 observed("baseline", 253),
@@ -60,7 +43,7 @@ pub fn webhook() -> &'static Webhook {
             ],
         )));
         let readiness = Readiness::new();
-        readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+        readiness.register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()));
         Webhook::new(lister, AdmissionPolicy::antrea(CONTROLLER), &readiness)
     })
 }

@@ -16,11 +16,9 @@ use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, TierLister};
 use tier_kube::KubeLister;
-use tier_server::readiness::{SYSTEM_TIERS, SystemTiers, TIER_CACHE_SYNCED, from_fn};
+use tier_server::readiness::{CacheSynced, SYSTEM_TIERS, SystemTiers};
 use tier_server::tls::{CertFiles, CertReloader};
-use tier_server::{
-    Check, CheckState, HealthConfig, Readiness, Routes, Server, Shutdown, Webhook, metrics,
-};
+use tier_server::{HealthConfig, Readiness, Routes, Server, Shutdown, Webhook, metrics};
 
 use crate::cli::RunArgs;
 use crate::commands::{self, CommandError};
@@ -41,21 +39,12 @@ pub fn policy(desired: &DesiredSet, user: &str) -> AdmissionPolicy {
     }
 }
 
-/// The `tier-cache-synced` check: passes once the lister completed its first list; until then
-/// its reason carries the watch's last error (a missing CRD, missing RBAC), so `/readyz?verbose`
-/// says why.
-pub fn cache_synced(lister: KubeLister) -> impl Check {
-    from_fn(move || {
-        if lister.snapshot().is_synced() {
-            return CheckState::Ok;
-        }
-        match lister.watch_stats().last_error {
-            Some(error) => CheckState::failed(format!(
-                "the Tier cache has not completed its first list; last error: {error}"
-            )),
-            None => CheckState::failed("the Tier cache has not completed its first list"),
-        }
-    })
+/// The `tier-cache-synced` check on `lister`: its reason carries the watch's last error (a
+/// missing CRD, missing RBAC), so `/readyz?verbose` says why.
+pub fn cache_synced(lister: &KubeLister) -> CacheSynced {
+    let stats = lister.clone();
+    CacheSynced::new(Arc::new(lister.clone()))
+        .with_last_error(move || stats.watch_stats().last_error)
 }
 
 /// The user the webhook lets change priorities: `--controller-user`, else the identity tierd's
@@ -119,8 +108,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     ));
 
     let shutdown = Shutdown::new();
-    let readiness = Readiness::standard(status.clone(), &shutdown);
-    readiness.register(TIER_CACHE_SYNCED, cache_synced(lister.clone()));
+    let readiness = Readiness::standard(status.clone(), cache_synced(&lister), &shutdown);
     if args.ready_requires_tiers {
         readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
     }

@@ -34,7 +34,8 @@
 //! use tier_server::{Readiness, Routes, Server, Shutdown, Webhook, metrics};
 //!
 //! let shutdown = Shutdown::new();
-//! let readiness = Readiness::standard(status.clone(), &shutdown);
+//! let cache = tier_server::readiness::CacheSynced::new(lister.clone());
+//! let readiness = Readiness::standard(status.clone(), cache, &shutdown);
 //! let mut registry = prometheus_client::registry::Registry::default();
 //! metrics::register(&mut registry, status);
 //! let policy = AdmissionPolicy::antrea("system:serviceaccount:kube-system:tierd");

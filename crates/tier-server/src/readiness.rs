@@ -11,7 +11,7 @@
 //!
 //! | name | passes when | from |
 //! |---|---|---|
-//! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (`Status.synced`) or [`ListerSynced`] |
+//! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (the lister the webhook reads) |
 //! | [`SYSTEM_TIERS`] | every system Tier has converged **once** (latched) | [`SystemTiers`] (`Status.initialized`) |
 //! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
 //!
@@ -147,37 +147,54 @@ impl<S: StatusSource> StatusSource for Arc<S> {
     }
 }
 
-/// [`TIER_CACHE_SYNCED`] from a driver status: passes once `Status.synced`.
-#[derive(Clone, Debug)]
-pub struct CacheSynced<S>(pub S);
+/// [`TIER_CACHE_SYNCED`], the one "cache synced" signal: passes once the Tier lister's
+/// snapshot is synced (its first complete list). Built on the lister the webhook reads, so the
+/// gate and the reads can never disagree; [`with_last_error`](Self::with_last_error) adds why
+/// it has not synced yet (a missing CRD, missing RBAC) to the reason.
+#[derive(Clone)]
+pub struct CacheSynced {
+    lister: Arc<dyn TierLister>,
+    last_error: Option<Arc<dyn Fn() -> Option<String> + Send + Sync>>,
+}
 
-impl<S: StatusSource> Check for CacheSynced<S> {
-    fn state(&self) -> CheckState {
-        if self.0.current().synced {
-            CheckState::Ok
-        } else {
-            CheckState::failed("the Tier cache has not completed its first list")
+impl fmt::Debug for CacheSynced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheSynced")
+            .field("synced", &self.lister.snapshot().is_synced())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CacheSynced {
+    /// The check on `lister`.
+    pub fn new(lister: Arc<dyn TierLister>) -> Self {
+        Self {
+            lister,
+            last_error: None,
         }
     }
-}
 
-/// [`TIER_CACHE_SYNCED`] from a Tier lister: passes once its snapshot is synced. Use it instead
-/// of [`CacheSynced`] when the webhook reads another cache than the driver's.
-#[derive(Clone)]
-pub struct ListerSynced(pub Arc<dyn TierLister>);
-
-impl fmt::Debug for ListerSynced {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ListerSynced").finish_non_exhaustive()
+    /// Adds `last_error` (e.g. the watch's last error) to the reason while not synced.
+    #[must_use]
+    pub fn with_last_error(
+        mut self,
+        last_error: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.last_error = Some(Arc::new(last_error));
+        self
     }
 }
 
-impl Check for ListerSynced {
+impl Check for CacheSynced {
     fn state(&self) -> CheckState {
-        if self.0.snapshot().is_synced() {
-            CheckState::Ok
-        } else {
-            CheckState::failed("the Tier cache has not completed its first list")
+        if self.lister.snapshot().is_synced() {
+            return CheckState::Ok;
+        }
+        match self.last_error.as_ref().and_then(|f| f()) {
+            Some(error) => CheckState::failed(format!(
+                "the Tier cache has not completed its first list; last error: {error}"
+            )),
+            None => CheckState::failed("the Tier cache has not completed its first list"),
         }
     }
 }
@@ -362,13 +379,13 @@ impl Readiness {
         Self::default()
     }
 
-    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] and [`SHUTDOWN`]
-    /// (required), and [`SYSTEM_TIERS`] (informational: see the [`health`](crate::health)
-    /// module for why `/readyz` must not wait for it by default).
-    pub fn standard<S: StatusSource + Clone>(status: S, shutdown: &Shutdown) -> Self {
+    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] (`cache`) and
+    /// [`SHUTDOWN`] (`shutdown`), required, and [`SYSTEM_TIERS`] (`status`), informational: see
+    /// the [`health`](crate::health) module for why `/readyz` must not wait for it by default.
+    pub fn standard<S: StatusSource>(status: S, cache: CacheSynced, shutdown: &Shutdown) -> Self {
         let readiness = Self::new();
         readiness
-            .register(TIER_CACHE_SYNCED, CacheSynced(status.clone()))
+            .register(TIER_CACHE_SYNCED, cache)
             .register(SHUTDOWN, shutdown.check())
             .register_informational(SYSTEM_TIERS, SystemTiers(status));
         readiness
@@ -711,7 +728,8 @@ mod tests {
     fn registering_decides_the_kind_and_replacing_changes_it() {
         let shutdown = Shutdown::new();
         let (_tx, status) = watch::channel(Status::default());
-        let readiness = Readiness::standard(status.clone(), &shutdown);
+        let cache = CacheSynced::new(Arc::new(tier_core::FixedLister::default()));
+        let readiness = Readiness::standard(status.clone(), cache, &shutdown);
         assert_eq!(
             readiness.kinds(),
             [
@@ -726,6 +744,18 @@ mod tests {
         assert_eq!(readiness.kind(SYSTEM_TIERS), Some(CheckKind::Required));
         assert_eq!(readiness.names()[2], SYSTEM_TIERS, "replaced in place");
         assert_eq!(readiness.kind("absent"), None);
+    }
+
+    #[test]
+    fn cache_synced_follows_the_lister_and_says_why_not() {
+        let lister = Arc::new(tier_core::FixedLister::default());
+        let check = CacheSynced::new(lister.clone()).with_last_error(|| Some("403".into()));
+        assert_eq!(
+            check.state(),
+            CheckState::failed("the Tier cache has not completed its first list; last error: 403")
+        );
+        lister.set(tier_core::Snapshot::synced(1, []));
+        assert_eq!(check.state(), CheckState::Ok);
     }
 
     #[tokio::test]

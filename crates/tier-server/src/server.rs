@@ -208,7 +208,10 @@ mod tests {
         use crate::readiness::{CheckKind, SHUTDOWN, SYSTEM_TIERS};
 
         let (_tx, status) = tokio::sync::watch::channel(tier_core::Status::default());
-        let readiness = crate::Readiness::standard(status, &crate::Shutdown::new());
+        let cache = crate::readiness::CacheSynced::new(std::sync::Arc::new(
+            tier_core::FixedLister::default(),
+        ));
+        let readiness = crate::Readiness::standard(status, cache, &crate::Shutdown::new());
         let required = |name: &str| readiness.kind(name) == Some(CheckKind::Required);
         for name in Webhook::REQUIRES {
             assert!(required(name), "{name}");

@@ -38,7 +38,7 @@ use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, TierLister, TierWriter};
 use tier_kube::{KubeLister, Tier, WriterConfig};
 use tier_runtime::Ensurer;
-use tier_server::readiness::CheckState;
+use tier_server::readiness::{CacheSynced, CheckState};
 use tier_server::{Readiness, Routes, Shutdown, Webhook};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -156,9 +156,9 @@ pub async fn run(
 
     // 4. tierd's routes in the controller's router, its own check in the registry.
     let stop = Shutdown::new();
-    let readiness = Readiness::standard(ensurer.status(), &stop);
-    readiness.register_informational(RECONCILER_CHECK, started);
     let cache: Arc<dyn TierLister> = Arc::new(lister.clone());
+    let readiness = Readiness::standard(ensurer.status(), CacheSynced::new(cache.clone()), &stop);
+    readiness.register_informational(RECONCILER_CHECK, started);
     let tierd = Routes::new(readiness.clone())
         .webhook(Webhook::new(
             cache,

@@ -5,8 +5,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing;
-use tier_core::{Status, TierState};
-use tier_server::readiness::{self, CheckState, TIER_CACHE_SYNCED};
+use std::sync::Arc;
+
+use tier_core::{FixedLister, Snapshot, Status, TierState};
+use tier_server::readiness::{self, CacheSynced, CheckState, TIER_CACHE_SYNCED};
 use tier_server::{HealthConfig, Readiness, Routes, Shutdown};
 use tokio::sync::watch;
 
@@ -14,16 +16,29 @@ use crate::common::{Running, get, tier_status};
 
 struct Fixture {
     status: watch::Sender<Status>,
+    cache: Arc<FixedLister>,
     shutdown: Shutdown,
     readiness: Readiness,
 }
 
+impl Fixture {
+    /// Publishes `status`, the Tier cache synced exactly when the status says so.
+    fn send(&self, status: Status) {
+        if status.synced {
+            self.cache.set(Snapshot::synced(1, []));
+        }
+        self.status.send_replace(status);
+    }
+}
+
 fn fixture() -> Fixture {
     let (status, rx) = watch::channel(Status::default());
+    let cache = Arc::new(FixedLister::default());
     let shutdown = Shutdown::new();
-    let readiness = Readiness::standard(rx, &shutdown);
+    let readiness = Readiness::standard(rx, CacheSynced::new(cache.clone()), &shutdown);
     Fixture {
         status,
+        cache,
         shutdown,
         readiness,
     }
@@ -60,7 +75,7 @@ fn synced() -> Status {
 #[tokio::test]
 async fn readyz_passes_plain_and_verbose() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
 
     let reply = get(server.addr, "/readyz").await;
@@ -124,7 +139,7 @@ async fn readyz_exclude_leaves_checks_out() {
 #[tokio::test]
 async fn readyz_single_check_includes_checks_outside_the_set() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
 
     // system-tiers does not decide /readyz by default (it is informational) ...
@@ -157,7 +172,7 @@ async fn readyz_single_check_includes_checks_outside_the_set() {
     // Initialized is latched: a later drift does not fail the check.
     let mut status = synced();
     status.initialized = true;
-    f.status.send_replace(status);
+    f.send(status);
     let reply = get(server.addr, "/readyz/system-tiers").await;
     assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
     server.stop().await.unwrap();
@@ -166,7 +181,7 @@ async fn readyz_single_check_includes_checks_outside_the_set() {
 #[tokio::test]
 async fn a_registered_check_joins_readyz_in_one_step() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
     assert_eq!(get(server.addr, "/readyz").await.status, StatusCode::OK);
 
@@ -224,7 +239,7 @@ async fn a_registered_check_joins_readyz_in_one_step() {
 #[tokio::test]
 async fn shutdown_fails_readiness_at_once_but_not_liveness() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
     assert_eq!(get(server.addr, "/readyz").await.status, StatusCode::OK);
 
@@ -287,7 +302,7 @@ async fn gated_route_answers_503_until_its_check_passes() {
     // Health is not gated.
     assert_eq!(get(server.addr, "/livez").await.status, StatusCode::OK);
 
-    f.status.send_replace(synced());
+    f.send(synced());
     let reply = get(server.addr, "/tiers").await;
     assert_eq!(
         (reply.status, reply.body.as_str()),

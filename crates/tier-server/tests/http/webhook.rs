@@ -4,27 +4,27 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
+use tier_core::FixedLister;
 use tier_core::Snapshot;
 use tier_core::admission::AdmissionPolicy;
-use tier_server::readiness::{self, CheckState, ListerSynced, TIER_CACHE_SYNCED};
+use tier_server::readiness::{self, CacheSynced, CheckState, TIER_CACHE_SYNCED};
 use tier_server::webhook::{NOT_SYNCED, PATH};
 use tier_server::{Readiness, Routes, Webhook};
 
-use crate::common::{FakeLister, Running, observed, post, system_tiers};
+use crate::common::{Running, observed, post, system_tiers};
 
 const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
 
 struct Fixture {
-    lister: Arc<FakeLister>,
+    lister: Arc<FixedLister>,
     server: Running,
 }
 
 /// A webhook whose `tier-cache-synced` check follows the fake lister.
 async fn fixture(snapshot: Snapshot) -> Fixture {
-    let lister = Arc::new(FakeLister::default());
-    lister.set(snapshot);
+    let lister = Arc::new(FixedLister::new(snapshot));
     let readiness = Readiness::new();
-    readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+    readiness.register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()));
     let webhook = Webhook::new(
         lister.clone(),
         AdmissionPolicy::antrea(CONTROLLER),
@@ -218,8 +218,7 @@ async fn before_the_cache_syncs_every_review_is_a_retryable_denial() {
 async fn the_cache_is_not_read_while_its_check_fails() {
     // The lister is synced, but the declared check still fails: the webhook must not answer
     // from the cache.
-    let lister = Arc::new(FakeLister::default());
-    lister.set(system_tiers());
+    let lister = Arc::new(FixedLister::new(system_tiers()));
     let readiness = Readiness::new();
     let (tx, rx) = tokio::sync::watch::channel(CheckState::failed("not yet"));
     readiness.register(TIER_CACHE_SYNCED, rx);
