@@ -68,6 +68,11 @@ async fn the_binary_serves_a_cluster_a_kubeconfig_reaches() {
     .await
     .unwrap();
     let client = kube::Client::try_from(config).unwrap();
+    // Discovery, as kubectl runs it before `kubectl get tiers`, finds the Tier resource.
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    let gvk = kube::api::GroupVersionKind::gvk("crd.antrea.io", "v1beta1", "Tier");
+    let (found, _) = discovery.resolve_gvk(&gvk).expect("tiers are discoverable");
+    assert_eq!(found.plural, "tiers");
     let resource = ApiResource {
         group: "crd.antrea.io".into(),
         version: "v1beta1".into(),
