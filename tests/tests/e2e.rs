@@ -356,7 +356,16 @@ async fn a_second_signal_exits_at_once() {
         .await
         .unwrap();
     tierd.terminate().await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Wait for the first signal to be handled (readiness fails, or the listener closes),
+    // rather than for a guessed duration: only then is the next one a *second* signal.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tierd.get("/readyz").await.0 == 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the first signal was never handled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let second = Instant::now();
     tierd.terminate().await;
     let status = tierd.wait(Duration::from_secs(2)).await.expect("exit");
