@@ -57,7 +57,6 @@ mod kubeconfig;
 mod log;
 mod patch;
 mod reply;
-mod selector;
 mod server;
 mod status;
 mod store;

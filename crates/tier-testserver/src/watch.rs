@@ -13,10 +13,9 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
 use crate::reply::{self, ResponseBody};
-use crate::selector::Selector;
 use crate::server::Shared;
 use crate::status::StatusError;
-use crate::store::{Change, ChangeType, Subscription, parse_rv};
+use crate::store::{Change, Subscription, parse_rv};
 use crate::tier::{API_VERSION, KIND};
 use crate::tiers::TierRequest;
 
@@ -24,7 +23,8 @@ use crate::tiers::TierRequest;
 const STREAM_BUFFER: usize = 256;
 
 struct WatchParams {
-    selector: Selector,
+    /// Only this Tier (the `/watch/tiers/{name}` form), or every Tier.
+    name: Option<String>,
     bookmarks: bool,
     initial_events: bool,
     timeout: Duration,
@@ -40,20 +40,7 @@ pub(crate) fn start(
     request: &TierRequest<'_>,
     name: Option<&str>,
 ) -> Result<Response<ResponseBody>, StatusError> {
-    let mut field_selector = request
-        .param("fieldSelector")
-        .unwrap_or_default()
-        .to_owned();
-    if let Some(name) = name {
-        if !field_selector.is_empty() {
-            field_selector.push(',');
-        }
-        field_selector.push_str(&format!("metadata.name={name}"));
-    }
-    let selector = Selector::parse(
-        request.param("labelSelector").unwrap_or_default(),
-        &field_selector,
-    )?;
+    crate::tiers::refuse_selectors(request)?;
     let from = match request.param("resourceVersion") {
         None | Some("" | "0") => None,
         Some(text) => Some(parse_rv(text).ok_or_else(|| {
@@ -61,7 +48,7 @@ pub(crate) fn start(
         })?),
     };
     let params = WatchParams {
-        selector,
+        name: name.map(str::to_owned),
         bookmarks: request.param("allowWatchBookmarks") == Some("true"),
         initial_events: request.param("sendInitialEvents") == Some("true"),
         timeout: request
@@ -130,7 +117,7 @@ async fn run(
         rv,
     } = subscription;
     for change in &initial {
-        if !send_change(&sender, change, &params.selector).await {
+        if !send_change(&sender, change, params.name.as_deref()).await {
             return;
         }
     }
@@ -155,7 +142,7 @@ async fn run(
                     break;
                 };
                 for change in &pending {
-                    if !send_change(&sender, change, &params.selector).await {
+                    if !send_change(&sender, change, params.name.as_deref()).await {
                         return;
                     }
                 }
@@ -165,7 +152,7 @@ async fn run(
             }
             received = receiver.recv() => match received {
                 Ok(change) => {
-                    if !send_change(&sender, &change, &params.selector).await {
+                    if !send_change(&sender, &change, params.name.as_deref()).await {
                         return;
                     }
                 }
@@ -186,21 +173,13 @@ async fn tick(ticker: &mut Option<Interval>) {
     }
 }
 
-/// Sends `change` as the client sees it through `selector`; false when the client is gone.
-async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, selector: &Selector) -> bool {
-    let now = selector.matches(&change.object);
-    let before = change.old.as_ref().is_some_and(|old| selector.matches(old));
-    let kind = match (change.kind, before, now) {
-        (ChangeType::Modified, true, false) => ChangeType::Deleted,
-        (ChangeType::Modified, false, true) => ChangeType::Added,
-        (ChangeType::Modified | ChangeType::Deleted, false, false)
-        | (ChangeType::Added, _, false) => {
-            return true;
-        }
-        (kind, _, _) => kind,
-    };
+/// Sends `change` unless it is about another Tier than `name`; false when the client is gone.
+async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, name: Option<&str>) -> bool {
+    if name.is_some_and(|name| crate::util::object_name(&change.object) != Some(name)) {
+        return true;
+    }
     sender
-        .send(line(kind.as_str(), &change.object))
+        .send(line(change.kind.as_str(), &change.object))
         .await
         .is_ok()
 }
