@@ -186,6 +186,49 @@ async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
     assert_eq!(cluster.stored("team-a"), None);
 }
 
+/// Without `--controller-user`, the webhook lets tierd's own identity (asked of the API server)
+/// change priorities: its own corrections go through its own webhook. With the old hard-coded
+/// default (`system:serviceaccount:kube-system:tierd`) this controller's correction was denied.
+#[tokio::test]
+async fn by_default_the_webhook_lets_tierds_own_identity_correct_priorities() {
+    const ME: &str = "system:serviceaccount:platform:my-controller";
+    let tls = Tls::new();
+    let cluster = Cluster::start_as(ServerConfig::default().user("alice-token", "alice"), ME).await;
+    let tierd = Tierd::run_with(&cluster, Some(&tls), &[], None).await;
+    let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
+        .ca_pem(tls.ca_pem.clone())
+        .ready_url(format!("{}/readyz", tierd.url()));
+    cluster
+        .server
+        .set_admission(AdmissionMode::Webhook(webhook))
+        .unwrap();
+    assert!(cluster.eventually(Cluster::has_antrea_tiers).await);
+    // Someone drifts a priority behind the webhook's back; tierd's correction is an UPDATE of
+    // the priority, which the webhook allows only to the controller user.
+    cluster
+        .server
+        .store()
+        .modify("platform", |obj| obj["spec"]["priority"] = 7.into())
+        .unwrap();
+    assert!(
+        cluster.eventually(Cluster::has_antrea_tiers).await,
+        "{:?}",
+        tierd.logs()
+    );
+    assert!(
+        tierd.logs().iter().any(|line| line.contains(ME)),
+        "tierd says whom the webhook lets through: {:?}",
+        tierd.logs()
+    );
+    // Anyone else is still denied.
+    let (code, body) = tier_tests::put_priority(&cluster, "alice-token", "platform", 9).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("update to Tier priority is not allowed"),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn sigterm_during_a_backoff_exits_at_once_and_writes_nothing_after() {
     let cluster = Cluster::antrea().await;
