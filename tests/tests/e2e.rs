@@ -36,14 +36,21 @@ async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
         metrics.contains("tierd_system_tiers_initialized 1"),
         "{metrics}"
     );
-    // Events: one Created per Tier.
-    let created = cluster
-        .server
-        .events()
-        .iter()
-        .filter(|e| e["reason"] == "Created")
-        .count();
-    assert_eq!(created, 6);
+    // Events: one Created per Tier. They are published by their own task after the status
+    // changes, so they may trail readiness: wait for them, then check there are no more.
+    let created = |c: &Cluster| {
+        c.server
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "Created")
+            .count()
+    };
+    assert!(
+        cluster.eventually(|c| created(c) >= 6).await,
+        "{:?}",
+        tierd.logs()
+    );
+    assert_eq!(created(&cluster), 6);
 
     let signalled = Instant::now();
     tierd.terminate().await;
