@@ -261,6 +261,25 @@ async fn sigterm_during_a_backoff_exits_at_once_and_writes_nothing_after() {
     );
 }
 
+/// A server too old for SelfSubjectReview cannot say who tierd is: without `--controller-user`
+/// tierd exits 1 saying what to set, rather than guessing a user for its webhook; with it, it
+/// runs.
+#[tokio::test]
+async fn without_self_subject_review_run_asks_for_the_controller_user() {
+    let cluster = Cluster::start(ServerConfig::default().without_self_subject_review()).await;
+    let done = cluster.tierd(&["run", "--listen", "127.0.0.1:0"]).await;
+    assert_eq!(done.code(), 1, "{}", done.stderr);
+    assert!(
+        done.stderr.contains("does not support SelfSubjectReview")
+            && done.stderr.contains("--controller-user"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(cluster.server.requests().count(Verb::Create, None), 0);
+    let tierd = Tierd::run(&cluster, None, &[]).await;
+    tierd.until_ok("/readyz").await;
+}
+
 #[tokio::test]
 async fn a_bad_tiers_file_exits_2_without_any_request() {
     let cluster = Cluster::antrea().await;
