@@ -2,6 +2,8 @@
 //!
 //! A backend implements [`TierLister`] (a cache of observed Tiers) and [`TierWriter`] (the API
 //! calls); a runtime implements [`Clock`]. The core never does I/O or reads a clock itself.
+//! [`FixedLister`] is a lister whose view is set by hand, for tests and fixed reviews; with the
+//! `mock` feature, mockall generates `MockTierLister` and `MockTierWriter`.
 
 use std::time::Instant;
 
