@@ -47,7 +47,16 @@ async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
     };
     assert!(
         cluster.eventually(|c| created(c) >= 6).await,
-        "{:?}",
+        "{:?} {:?} {:?}",
+        cluster.server.events(),
+        cluster
+            .server
+            .requests()
+            .records()
+            .iter()
+            .filter(|r| r.endpoint == tier_testserver::Endpoint::Events)
+            .map(|r| (r.method.clone(), r.code))
+            .collect::<Vec<_>>(),
         tierd.logs()
     );
     assert_eq!(created(&cluster), 6);

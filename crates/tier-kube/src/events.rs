@@ -89,14 +89,24 @@ pub fn to_event(event: &TierEvent) -> Event {
     }
 }
 
-/// Publishes an Event for every [`TierEvent`] of the driver behind `status`, until the driver
-/// stops. Returns the number of Events published.
+/// Publishes an Event for every [`TierEvent`] of the driver behind `status`, from the driver's
+/// start, until the driver stops. Returns the number of Events published.
+///
+/// The baseline is a driver that has done nothing yet (every count zero), not the status when
+/// this task first runs: a driver can converge before a freshly spawned task is scheduled, and
+/// those Created events must not be lost. Use it for a driver spawned by the same code.
 pub async fn publish(client: kube::Client, reporter: Reporter, mut status: StatusHandle) -> u64 {
+    let mut before = tier_core::Status::default();
     let recorder = Recorder::new(client, reporter);
-    let mut before = status.current();
     let mut published = 0;
+    // Whatever happened before the first change notification is in the current status.
+    let mut first = true;
     loop {
-        let stopped = status.changed().await.is_err();
+        let stopped = if std::mem::take(&mut first) {
+            false
+        } else {
+            status.changed().await.is_err()
+        };
         let after = status.current();
         for event in events(&before, &after) {
             let (reference, kube_event) = (reference(event.tier()), to_event(&event));

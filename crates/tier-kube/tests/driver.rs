@@ -248,3 +248,36 @@ async fn events_are_published_once_per_episode() {
     assert_eq!(published, 7, "{reasons:?}");
     assert_eq!(recorded.len(), 7, "{reasons:?}");
 }
+
+/// The events task may be scheduled after the driver has already converged (a loaded node, a
+/// fast API server): it must still publish what happened since the driver started. Before the
+/// fix it took the status it first saw as its baseline and published nothing here.
+#[tokio::test]
+async fn events_published_late_still_cover_the_drivers_start() {
+    let h = start(antrea_admission()).await;
+    let ensurer = ensure(&h, Mode::Continuous);
+    let mut status = ensurer.status();
+    tokio::time::timeout(PATIENCE, status.initialized())
+        .await
+        .unwrap()
+        .unwrap();
+    // Only now does the events task run.
+    let events = tokio::spawn(tier_kube::events::publish(
+        h.client.clone(),
+        tier_kube::events::reporter(Some("tierd-0".into())),
+        status.clone(),
+    ));
+    ensurer.shutdown().await;
+    let published = tokio::time::timeout(PATIENCE, events)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(published, 6);
+    let created = h
+        .server
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == "Created")
+        .count();
+    assert_eq!(created, 6);
+}
