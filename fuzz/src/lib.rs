@@ -9,34 +9,17 @@ pub mod review;
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 use tier_core::admission::AdmissionPolicy;
-use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
+use tier_core::{FixedLister, ObservedTier, Snapshot, TierLister};
 use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckState, ListerSynced, TIER_CACHE_SYNCED, from_fn,
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED, from_fn,
 };
 use tier_server::{PolicyReferences, Readiness, Webhook};
 
 /// The controller user of the policy under test.
 pub const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
-
-/// A Tier lister holding a fixed, synced snapshot.
-struct FixedLister(Snapshot);
-
-#[async_trait]
-impl TierLister for FixedLister {
-    async fn wait_synced(&self) {}
-
-    fn snapshot(&self) -> Snapshot {
-        self.0.clone()
-    }
-
-    async fn changed(&self, _seen: Generation) {
-        std::future::pending::<()>().await;
-    }
-}
 
 fn observed(name: &str, priority: i64) -> ObservedTier {
     ObservedTier {
@@ -51,7 +34,7 @@ fn observed(name: &str, priority: i64) -> ObservedTier {
 pub fn webhook() -> &'static Webhook {
     static WEBHOOK: OnceLock<Webhook> = OnceLock::new();
     WEBHOOK.get_or_init(|| {
-        let lister: Arc<dyn TierLister> = Arc::new(FixedLister(Snapshot::synced(
+        let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::synced(
             1,
             [
                 observed("baseline", 253),
@@ -64,7 +47,7 @@ pub fn webhook() -> &'static Webhook {
         )));
         let readiness = Readiness::new();
         readiness
-            .register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()))
+            .register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()))
             .register(ACNP_CACHE_SYNCED, from_fn(|| CheckState::Ok))
             .register(ANNP_CACHE_SYNCED, from_fn(|| CheckState::Ok));
         // No policy references any Tier.

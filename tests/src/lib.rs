@@ -102,11 +102,16 @@ impl Cluster {
 
     /// A cluster with `config` plus tierd's user.
     pub async fn start(config: ServerConfig) -> Self {
-        let server = TestApiServer::start(config.user(TOKEN, USER))
+        Self::start_as(config, USER).await
+    }
+
+    /// A cluster with `config` plus `user`, whom tierd's kubeconfig authenticates as.
+    pub async fn start_as(config: ServerConfig, user: &str) -> Self {
+        let server = TestApiServer::start(config.user(TOKEN, user))
             .await
             .unwrap();
         let kubeconfig = TempFile::new("kubeconfig", "yaml");
-        server.write_kubeconfig(&kubeconfig.0, USER).unwrap();
+        server.write_kubeconfig(&kubeconfig.0, user).unwrap();
         Self { server, kubeconfig }
     }
 
@@ -237,6 +242,16 @@ impl Tierd {
     /// Starts `tierd run` with its three ports on 127.0.0.1:0 and `--log-format json <extra>`
     /// against `cluster`.
     pub async fn run(cluster: &Cluster, tls: Option<&Tls>, extra: &[&str]) -> Self {
+        Self::run_with(cluster, tls, extra, Some(USER)).await
+    }
+
+    /// [`run`](Self::run) with `--controller-user` set to `controller_user`, or not at all.
+    pub async fn run_with(
+        cluster: &Cluster,
+        tls: Option<&Tls>,
+        extra: &[&str],
+        controller_user: Option<&str>,
+    ) -> Self {
         let mut command = Command::new(tierd_binary());
         command
             .args(["run", "--webhook-listen", "127.0.0.1:0"])
@@ -244,8 +259,11 @@ impl Tierd {
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--log-format", "json"])
             .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig.0)
-            .args(["--controller-user", USER])
+            .arg(&cluster.kubeconfig.0);
+        if let Some(user) = controller_user {
+            command.args(["--controller-user", user]);
+        }
+        command
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -375,9 +393,32 @@ impl Tierd {
 
 /// POSTs `body` as JSON to `url` (plain HTTP) with a bearer `token`: status code and body.
 pub async fn post_json(url: &str, token: &str, body: &Value) -> (u16, String) {
+    send_json("POST", url, token, body).await
+}
+
+/// PUTs the stored Tier `name` with its priority set to `priority`, as the user of `token`.
+pub async fn put_priority(
+    cluster: &Cluster,
+    token: &str,
+    name: &str,
+    priority: i64,
+) -> (u16, String) {
+    let mut object = cluster.server.store().get(name).unwrap();
+    object["spec"]["priority"] = priority.into();
+    let url = format!(
+        "{}/apis/crd.antrea.io/v1beta1/tiers/{name}",
+        cluster.server.url()
+    );
+    send_json("PUT", &url, token, &object).await
+}
+
+/// Sends `body` as JSON with `method` to `url` over HTTP, as the user of `token`.
+async fn send_json(method: &str, url: &str, token: &str, body: &Value) -> (u16, String) {
     use http_body_util::Full;
 
-    let request = hyper::Request::post(url)
+    let request = hyper::Request::builder()
+        .method(method)
+        .uri(url)
         .header("content-type", "application/json")
         .header("authorization", format!("Bearer {token}"))
         .body(Full::new(Bytes::from(body.to_string())))

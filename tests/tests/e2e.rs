@@ -36,7 +36,8 @@ async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
         metrics.contains("tierd_system_tiers_initialized 1"),
         "{metrics}"
     );
-    // Events: one Created per Tier (published by their own task, so waited for).
+    // Events: one Created per Tier. They are published by their own task after the status
+    // changes, so they may trail readiness: wait for them, then check there are no more.
     let created = |c: &Cluster| {
         c.server
             .events()
@@ -44,7 +45,20 @@ async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
             .filter(|e| e["reason"] == "Created")
             .count()
     };
-    cluster.eventually(|c| created(c) >= 6).await;
+    assert!(
+        cluster.eventually(|c| created(c) >= 6).await,
+        "{:?} {:?} {:?}",
+        cluster.server.events(),
+        cluster
+            .server
+            .requests()
+            .records()
+            .iter()
+            .filter(|r| r.endpoint == tier_testserver::Endpoint::Events)
+            .map(|r| (r.method.clone(), r.code))
+            .collect::<Vec<_>>(),
+        tierd.logs()
+    );
     assert_eq!(created(&cluster), 6);
 
     let signalled = Instant::now();
@@ -194,6 +208,49 @@ async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
     assert_eq!(cluster.stored("team-a"), None);
 }
 
+/// Without `--controller-user`, the webhook lets tierd's own identity (asked of the API server)
+/// change priorities: its own corrections go through its own webhook. With the old hard-coded
+/// default (`system:serviceaccount:kube-system:tierd`) this controller's correction was denied.
+#[tokio::test]
+async fn by_default_the_webhook_lets_tierds_own_identity_correct_priorities() {
+    const ME: &str = "system:serviceaccount:platform:my-controller";
+    let tls = Tls::new();
+    let cluster = Cluster::start_as(ServerConfig::default().user("alice-token", "alice"), ME).await;
+    let tierd = Tierd::run_with(&cluster, Some(&tls), &[], None).await;
+    let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
+        .ca_pem(tls.ca_pem.clone())
+        .ready_url(format!("{}/readyz", tierd.url()));
+    cluster
+        .server
+        .set_admission(AdmissionMode::Webhook(webhook))
+        .unwrap();
+    assert!(cluster.eventually(Cluster::has_antrea_tiers).await);
+    // Someone drifts a priority behind the webhook's back; tierd's correction is an UPDATE of
+    // the priority, which the webhook allows only to the controller user.
+    cluster
+        .server
+        .store()
+        .modify("platform", |obj| obj["spec"]["priority"] = 7.into())
+        .unwrap();
+    assert!(
+        cluster.eventually(Cluster::has_antrea_tiers).await,
+        "{:?}",
+        tierd.logs()
+    );
+    assert!(
+        tierd.logs().iter().any(|line| line.contains(ME)),
+        "tierd says whom the webhook lets through: {:?}",
+        tierd.logs()
+    );
+    // Anyone else is still denied.
+    let (code, body) = tier_tests::put_priority(&cluster, "alice-token", "platform", 9).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("update to Tier priority is not allowed"),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn sigterm_during_a_backoff_exits_at_once_and_writes_nothing_after() {
     let cluster = Cluster::antrea().await;
@@ -217,6 +274,25 @@ async fn sigterm_during_a_backoff_exits_at_once_and_writes_nothing_after() {
         cluster.server.requests().count(Verb::Create, None),
         at_signal
     );
+}
+
+/// A server too old for SelfSubjectReview cannot say who tierd is: without `--controller-user`
+/// tierd exits 1 saying what to set, rather than guessing a user for its webhook; with it, it
+/// runs.
+#[tokio::test]
+async fn without_self_subject_review_run_asks_for_the_controller_user() {
+    let cluster = Cluster::start(ServerConfig::default().without_self_subject_review()).await;
+    let done = cluster.tierd(&["run", "--listen", "127.0.0.1:0"]).await;
+    assert_eq!(done.code(), 1, "{}", done.stderr);
+    assert!(
+        done.stderr.contains("does not support SelfSubjectReview")
+            && done.stderr.contains("--controller-user"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(cluster.server.requests().count(Verb::Create, None), 0);
+    let tierd = Tierd::run(&cluster, None, &[]).await;
+    tierd.until_ok("/readyz").await;
 }
 
 #[tokio::test]
@@ -278,7 +354,16 @@ async fn a_second_signal_exits_at_once() {
         .await
         .unwrap();
     tierd.terminate().await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Wait for the first signal to be handled (readiness fails, or the listener closes),
+    // rather than for a guessed duration: only then is the next one a *second* signal.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tierd.get("/readyz").await.0 == 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the first signal was never handled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let second = Instant::now();
     tierd.terminate().await;
     let status = tierd.wait(Duration::from_secs(2)).await.expect("exit");

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use tier_core::{Clock, TierLister};
-use tier_kube::{KubeLister, KubeWriter, WriterConfig};
+use tier_kube::{KubeLister, WriterConfig};
 use tier_runtime::TokioClock;
 use tier_tests::{Cluster, Tierd};
 use tier_testserver::{Fault, Verb};
@@ -26,13 +26,15 @@ fn inject_latency(cluster: &Cluster, latency: Duration) {
     }
 }
 
+/// A client with kube's retries off (as tierd's writer's), used for the watch too.
 async fn client(cluster: &Cluster) -> kube::Client {
-    tier_kube::client::client(&tier_kube::ClientOptions {
+    let config = tier_kube::client::config(&tier_kube::ClientOptions {
         kubeconfig: Some(cluster.kubeconfig.0.clone()),
         ..tier_kube::ClientOptions::default()
     })
     .await
-    .unwrap()
+    .unwrap();
+    tier_kube::client::writer_client(config).unwrap()
 }
 
 /// (synced, converged) in milliseconds for one run of `strategy` from an empty cluster.
@@ -42,7 +44,7 @@ async fn one_run(strategy: &'static str, latency: Duration) -> (f64, f64) {
     let client = client(&cluster).await;
     let start = Instant::now();
     let lister = KubeLister::start(client.clone()).unwrap();
-    let writer = KubeWriter::new(client, WriterConfig::default()).with_store(lister.store());
+    let writer = lister.writer(client, WriterConfig::default());
     let watcher = lister.clone();
     let synced = tokio::spawn(async move {
         watcher.wait_synced().await;
@@ -147,7 +149,7 @@ pub async fn requests() {
         cluster.seed("platform", 200, Some("edited"));
         let client = client(&cluster).await;
         let lister = KubeLister::start(client.clone()).unwrap();
-        let writer = KubeWriter::new(client, WriterConfig::default()).with_store(lister.store());
+        let writer = lister.writer(client, WriterConfig::default());
         crate::strategy::run(strategy, lister, writer, 0).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         let log = cluster.server.requests();

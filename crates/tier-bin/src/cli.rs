@@ -242,14 +242,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
-    /// The user name of tierd's service account, exempt from the webhook's priority-update rule.
-    #[arg(
-        long,
-        value_name = "USER",
-        default_value = "system:serviceaccount:kube-system:tierd",
-        env = "TIERD_CONTROLLER_USER"
-    )]
-    pub controller_user: String,
+    /// The user the webhook lets change Tier priorities. Default: whoever tierd's own client
+    /// authenticates as (asked of the API server: SelfSubjectReview, Kubernetes 1.28+); set it
+    /// on older servers, or to exempt another controller.
+    #[arg(long, value_name = "USER", env = "TIERD_CONTROLLER_USER")]
+    pub controller_user: Option<String>,
 
     /// This pod's name, reported as the instance in Kubernetes Events.
     #[arg(long, value_name = "NAME", env = "POD_NAME")]

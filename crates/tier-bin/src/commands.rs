@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister};
-use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
+use tier_kube::{ClientOptions, KubeLister, WriterConfig};
 
 use crate::cli::{ClusterArgs, EnsureArgs, Output, PlanArgs, exit};
 use crate::{plan, signals, tiers_file};
@@ -66,6 +66,16 @@ pub enum CommandError {
     /// The HTTP server failed (exit 1).
     #[error("the HTTP server failed: {0}")]
     Serve(#[from] tier_server::server::ServeError),
+    /// The API server could not say who tierd is, and `--controller-user` is not set (exit 1).
+    #[error("cannot default the webhook's controller user: {0}")]
+    Identity(#[source] tier_kube::IdentityError),
+    /// The API server did not say who tierd is in time, and `--controller-user` is not set
+    /// (exit 1).
+    #[error(
+        "the API server did not say who tierd is within {0:?} (SelfSubjectReview); check the \
+         connection or set --controller-user"
+    )]
+    IdentityTimeout(Duration),
     /// A task of tierd ended unexpectedly (exit 1).
     #[error("a tierd task ended unexpectedly: {0}")]
     Task(String),
@@ -118,6 +128,16 @@ pub fn client_options(args: &ClusterArgs) -> ClientOptions {
         context: args.context.clone(),
         in_cluster: args.in_cluster,
     }
+}
+
+/// The clients the flags select, from one configuration: the shared one (kube's defaults,
+/// retries on: the watch, Events, identity) and the writer's (retries off; see
+/// [`tier_kube::client`]).
+pub async fn clients(args: &ClusterArgs) -> Result<(kube::Client, kube::Client), CommandError> {
+    let config = tier_kube::client::config(&client_options(args)).await?;
+    let shared = tier_kube::client::client_from_config(config.clone())?;
+    let writer = tier_kube::client::writer_client(config)?;
+    Ok((shared, writer))
 }
 
 /// The writer configuration the flags select.
@@ -180,10 +200,11 @@ pub async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
-    let client = tier_kube::client::client_from_config(config)?;
-    let lister = KubeLister::start(client.clone())?;
+    let client = tier_kube::client::client_from_config(config.clone())?;
+    let writer_client = tier_kube::client::writer_client(config)?;
+    let lister = KubeLister::start(client)?;
     let watch = lister.clone();
-    let writer = KubeWriter::new(client, writer_config(&args.cluster)).with_store(lister.store());
+    let writer = lister.writer(writer_client, writer_config(&args.cluster));
     let ensurer = tier_runtime::spawn(lister, writer, desired, DriverConfig::default(), Mode::Once);
     let status = ensurer.status();
     let cancel = ensurer.cancellation();

@@ -24,11 +24,12 @@ use std::time::{Duration, SystemTime};
 use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, TierLister, ValidationRules};
+use tier_kube::KubeLister;
 use tier_kube::certs::{self, SelfSignedConfig};
 use tier_kube::policies::{PolicyCache, PolicyKind};
-use tier_kube::{ClusterNetworkPolicies, KubeLister, KubeWriter, NetworkPolicies};
+use tier_kube::{ClusterNetworkPolicies, NetworkPolicies};
 use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, SYSTEM_TIERS, TIER_CACHE_SYNCED, from_fn,
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SYSTEM_TIERS, SystemTiers, from_fn,
 };
 use tier_server::tls::{CertFiles, CertReloader};
 use tier_server::{
@@ -69,21 +70,42 @@ pub fn policy_cache_synced<K: PolicyKind>(cache: PolicyCache<K>) -> impl Check {
     })
 }
 
-/// The `tier-cache-synced` check: passes once the lister completed its first list; until then
-/// its reason carries the watch's last error (a missing CRD, missing RBAC), so `/readyz?verbose`
-/// says why.
-pub fn cache_synced(lister: KubeLister) -> impl Check {
-    from_fn(move || {
-        if lister.snapshot().is_synced() {
-            return CheckState::Ok;
+/// The `tier-cache-synced` check on `lister`: its reason carries the watch's last error (a
+/// missing CRD, missing RBAC), so `/readyz?verbose` says why.
+pub fn cache_synced(lister: &KubeLister) -> CacheSynced {
+    let stats = lister.clone();
+    CacheSynced::new(Arc::new(lister.clone()))
+        .with_last_error(move || stats.watch_stats().last_error)
+}
+
+/// The user the webhook lets change priorities: `--controller-user`, else the identity tierd's
+/// own client authenticates as (its writes are the corrections the webhook must let through).
+///
+/// # Errors
+///
+/// [`CommandError::Identity`] when the flag is not set and the API server cannot say (too old
+/// for SelfSubjectReview, unreachable within the call timeout): set `--controller-user`.
+pub async fn controller_user(
+    args: &RunArgs,
+    client: &kube::Client,
+) -> Result<String, CommandError> {
+    if let Some(user) = &args.controller_user {
+        tracing::info!(%user, "the webhook lets this user change priorities (--controller-user)");
+        return Ok(user.clone());
+    }
+    let asked = tokio::time::timeout(
+        args.cluster.call_timeout,
+        tier_kube::identity::whoami(client),
+    )
+    .await;
+    match asked {
+        Ok(Ok(user)) => {
+            tracing::info!(%user, "the webhook lets this user change priorities (tierd's own identity)");
+            Ok(user)
         }
-        match lister.watch_stats().last_error {
-            Some(error) => CheckState::failed(format!(
-                "the Tier cache has not completed its first list; last error: {error}"
-            )),
-            None => CheckState::failed("the Tier cache has not completed its first list"),
-        }
-    })
+        Ok(Err(error)) => Err(CommandError::Identity(error)),
+        Err(_) => Err(CommandError::IdentityTimeout(args.cluster.call_timeout)),
+    }
 }
 
 /// With `--self-signed-cert`: what to keep and the files to write the serving certificate to.
@@ -113,7 +135,7 @@ pub fn self_signed(args: &RunArgs) -> Option<(SelfSignedConfig, PathBuf, PathBuf
 /// Runs the daemon until a signal; see the module docs.
 pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let desired = commands::desired(&args.cluster)?;
-    let client = tier_kube::client::client(&commands::client_options(&args.cluster)).await?;
+    let (client, writer_client) = commands::clients(&args.cluster).await?;
     let self_signed = self_signed(args);
     if let Some((config, cert, key)) = &self_signed {
         let done = certs::reconcile(&client, config, cert, key, SystemTime::now()).await?;
@@ -142,16 +164,12 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let annps = PolicyCache::<NetworkPolicies>::start(client.clone())?;
     let reservations = ReservationTable::default();
     let writer = ReservingWriter::new(
-        KubeWriter::new(client.clone(), commands::writer_config(&args.cluster))
-            .with_store(lister.store()),
+        lister.writer(writer_client, commands::writer_config(&args.cluster)),
         reservations.clone(),
     );
 
-    let policy = policy(
-        &desired,
-        &args.controller_user,
-        args.cluster.feature_gates.rules(),
-    );
+    let user = controller_user(args, &client).await?;
+    let policy = policy(&desired, &user, args.cluster.feature_gates.rules());
     let events_client = client.clone();
     let auth_client = client.clone();
     let (ensurer, events) = tier_runtime::spawn_with_events(
@@ -177,15 +195,15 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
             async move { stop.triggered().await },
         ));
     }
-    let readiness = Readiness::standard(status.clone(), &shutdown);
+    let readiness = Readiness::standard(status.clone(), cache_synced(&lister), &shutdown);
+    // Informational: only the webhook's DELETE needs them (see README, "Readiness").
     readiness
-        .register(TIER_CACHE_SYNCED, cache_synced(lister.clone()))
-        .register(ACNP_CACHE_SYNCED, policy_cache_synced(acnps.clone()))
-        .register(ANNP_CACHE_SYNCED, policy_cache_synced(annps.clone()));
-    let mut health = HealthConfig::default();
+        .register_informational(ACNP_CACHE_SYNCED, policy_cache_synced(acnps.clone()))
+        .register_informational(ANNP_CACHE_SYNCED, policy_cache_synced(annps.clone()));
     if args.ready_requires_tiers {
-        health.readyz.push(SYSTEM_TIERS.to_owned());
+        readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
     }
+    let health = HealthConfig::default();
     let mut registry = Registry::default();
     metrics::register(&mut registry, status.clone());
     let server_metrics = ServerMetrics::default();

@@ -185,7 +185,8 @@ fn the_network_policy_admits_only_what_each_port_needs() {
     let docs = documents("base/networkpolicy.yaml");
     let policy = kind(&docs, "NetworkPolicy");
     let (container, _) = container();
-    let pod_labels = &documents("base/deployment.yaml")[0]["spec"]["template"]["metadata"]["labels"];
+    let pod_labels =
+        &documents("base/deployment.yaml")[0]["spec"]["template"]["metadata"]["labels"];
     for (key, value) in policy["spec"]["podSelector"]["matchLabels"]
         .as_mapping()
         .unwrap()

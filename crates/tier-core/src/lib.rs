@@ -35,7 +35,7 @@ pub use machine::{
     TierState, TierStatus, WriteKind,
 };
 pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
-pub use ports::{Clock, TierLister, TierWriter};
+pub use ports::{Clock, FixedLister, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};
 pub use spec::{

@@ -2,6 +2,8 @@
 //!
 //! A backend implements [`TierLister`] (a cache of observed Tiers) and [`TierWriter`] (the API
 //! calls); a runtime implements [`Clock`]. The core never does I/O or reads a clock itself.
+//! [`FixedLister`] is a lister whose view is set by hand, for tests and fixed reviews; with the
+//! `mock` feature, mockall generates `MockTierLister` and `MockTierWriter`.
 
 use std::time::Instant;
 
@@ -57,4 +59,56 @@ pub trait Clock: Send + Sync {
 
     /// Resolves at or after `deadline`.
     async fn sleep_until(&self, deadline: Instant);
+}
+
+/// A [`TierLister`] whose view is set by hand: for tests (an embedder's included) and for code
+/// that reviews against a fixed set of Tiers. [`set`](Self::set) publishes a new snapshot and
+/// wakes every [`changed`](TierLister::changed) waiting on an older generation.
+#[derive(Debug)]
+pub struct FixedLister {
+    snapshot: tokio::sync::watch::Sender<Snapshot>,
+}
+
+impl Default for FixedLister {
+    fn default() -> Self {
+        Self::new(Snapshot::default())
+    }
+}
+
+impl FixedLister {
+    /// A lister showing `snapshot` (unsynced for [`Snapshot::default`]).
+    pub fn new(snapshot: Snapshot) -> Self {
+        Self {
+            snapshot: tokio::sync::watch::Sender::new(snapshot),
+        }
+    }
+
+    /// Shows `snapshot` from now on.
+    pub fn set(&self, snapshot: Snapshot) {
+        self.snapshot.send_replace(snapshot);
+    }
+}
+
+#[async_trait]
+impl TierLister for FixedLister {
+    async fn wait_synced(&self) {
+        // The sender lives in `self`, so waiting cannot fail.
+        let _ = self
+            .snapshot
+            .subscribe()
+            .wait_for(Snapshot::is_synced)
+            .await;
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.snapshot.borrow().clone()
+    }
+
+    async fn changed(&self, seen: Generation) {
+        let _ = self
+            .snapshot
+            .subscribe()
+            .wait_for(|s| s.generation > seen)
+            .await;
+    }
 }

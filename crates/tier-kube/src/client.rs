@@ -1,4 +1,6 @@
-//! Builds the kube [`Client`] the way kube users expect, with kube's retry layer off.
+//! Builds kube [`Client`]s the way kube users expect: [`client`] for everything an embedder
+//! shares (kube's defaults, retries included), [`writer_client`] for tierd's writes (retries
+//! off).
 //!
 //! Where the configuration comes from, in order:
 //!
@@ -12,10 +14,14 @@
 //! # Retries
 //!
 //! kube 5 wraps every client in a retry layer that repeats 429, 503 and 504 answers up to 15
-//! times, which would hide failures from the core (and its status) for minutes. The layer is
-//! controlled by `kube::Config::default_retry`; [`client_from_config`] sets it to `false`, so
-//! every failure reaches the caller once. The watcher's own backoff and the core's retries are
-//! the only retry loops.
+//! times. For tierd's writes that would hide failures from the core (and its status) for
+//! minutes, so [`KubeWriter`](crate::KubeWriter) should get a client from [`writer_client`],
+//! which sets `kube::Config::default_retry` to `false`: every failure reaches the core once,
+//! and the core's backoff is the only retry loop for writes.
+//!
+//! Nothing else changes: [`client`] and [`client_from_config`] keep kube's defaults, so an
+//! embedder's shared client (its own calls, the Tier watch, Events) keeps its retries. tierd
+//! itself builds both from one [`config`]: the shared one, and a second for its writes.
 //!
 //! # TLS
 //!
@@ -83,13 +89,13 @@ pub enum ClientError {
     Build(#[source] kube::Error),
 }
 
-/// Loads the configuration `options` select (see the module docs), with kube's retry layer off.
+/// Loads the configuration `options` select (see the module docs), as kube builds it.
 pub async fn config(options: &ClientOptions) -> Result<Config, ClientError> {
     let selection = KubeConfigOptions {
         context: options.context.clone(),
         ..KubeConfigOptions::default()
     };
-    let mut config = if options.in_cluster {
+    let config = if options.in_cluster {
         Config::incluster().map_err(ClientError::InCluster)?
     } else if let Some(path) = &options.kubeconfig {
         let kubeconfig =
@@ -107,21 +113,27 @@ pub async fn config(options: &ClientOptions) -> Result<Config, ClientError> {
     } else {
         Config::infer().await.map_err(ClientError::Infer)?
     };
-    config.default_retry = false;
     Ok(config)
 }
 
-/// A client for the configuration `options` select, with kube's retry layer off.
+/// A client for the configuration `options` select, with kube's defaults (retries on): the
+/// one to share. Build the writer's from the same [`config`] with [`writer_client`].
 pub async fn client(options: &ClientOptions) -> Result<Client, ClientError> {
     client_from_config(config(options).await?)
 }
 
-/// A client for `config`, with kube's retry layer turned off (whatever `config` said) and the
-/// `ring` crypto provider installed. Must be called within a tokio runtime.
-pub fn client_from_config(mut config: Config) -> Result<Client, ClientError> {
+/// A client for `config` as it is, with the `ring` crypto provider installed. Must be called
+/// within a tokio runtime.
+pub fn client_from_config(config: Config) -> Result<Client, ClientError> {
     install_crypto_provider();
-    config.default_retry = false;
     Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// A client for `config` with kube's retry layer off (whatever `config` said): the one for
+/// [`KubeWriter`](crate::KubeWriter). Must be called within a tokio runtime.
+pub fn writer_client(mut config: Config) -> Result<Client, ClientError> {
+    config.default_retry = false;
+    client_from_config(config)
 }
 
 /// Installs rustls' `ring` provider as the process default, unless one is installed already.
@@ -194,7 +206,7 @@ contexts:
         };
         let config = config(&options).await.unwrap();
         assert_eq!(config.cluster_url.to_string(), "http://127.0.0.1:6001/");
-        assert!(!config.default_retry);
+        assert!(config.default_retry, "a shared client keeps kube's retries");
         client(&options).await.unwrap();
     }
 
@@ -244,10 +256,13 @@ contexts:
     }
 
     #[tokio::test]
-    async fn client_from_config_turns_retries_off() {
+    async fn only_the_writer_client_turns_retries_off() {
         let config = Config::new("http://127.0.0.1:1".parse().unwrap());
         assert!(config.default_retry, "kube's default is to retry");
-        client_from_config(config).unwrap();
+        client_from_config(config.clone()).unwrap();
+        writer_client(config).unwrap();
+        // Behaviour (a 503 answered once to the writer, retried for the shared client) is
+        // tested against the test API server in tests/writer.rs.
     }
 
     #[test]

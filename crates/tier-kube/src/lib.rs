@@ -16,16 +16,24 @@
 //!   cause, what to do), as the lister keeps its last error.
 //! - [`events`]: Kubernetes Events for created, corrected, blocked and contested Tiers.
 //! - [`client`]: building a [`kube::Client`] from a kubeconfig, a context or the in-cluster
-//!   service account, with kube's own retry layer off.
+//!   service account: the shared one with kube's defaults, the writer's with retries off.
+//! - [`identity`]: who the client authenticates as (`SelfSubjectReview`), the default user the
+//!   webhook lets change priorities.
+//!
+//! One watch, one store: the writer is made from the lister (it updates from the lister's
+//! store), and a lister can sit on an embedder's own reflector ([`KubeLister::shared`]). A
+//! complete controller embedding tierd this way, run in CI against the test API server, is
+//! `examples/embed-controller` (see README, "Embedding tierd").
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use tier_core::{DesiredSet, DriverConfig, Mode};
-//! use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
+//! use tier_kube::{ClientOptions, KubeLister, WriterConfig};
 //!
-//! let client = tier_kube::client::client(&ClientOptions::default()).await?;
-//! let lister = KubeLister::start(client.clone())?;
-//! let writer = KubeWriter::new(client, WriterConfig::default()).with_store(lister.store());
+//! let config = tier_kube::client::config(&ClientOptions::default()).await?;
+//! let client = tier_kube::client::client_from_config(config.clone())?; // shared, retries on
+//! let lister = KubeLister::start(client)?;
+//! let writer = lister.writer(tier_kube::client::writer_client(config)?, WriterConfig::default());
 //! let ensurer = tier_runtime::spawn(lister, writer, DesiredSet::antrea(), DriverConfig::default(), Mode::Continuous);
 //! ensurer.status().initialized().await.ok();
 //! # Ok(())
@@ -38,12 +46,14 @@ pub mod client;
 pub mod crd;
 pub mod events;
 pub mod explain;
+pub mod identity;
 pub mod lister;
 pub mod policies;
 pub mod writer;
 
 pub use client::{ClientError, ClientOptions};
 pub use crd::{CrdError, Tier};
-pub use lister::{KubeLister, ListerError, WatchStats};
+pub use identity::IdentityError;
+pub use lister::{KubeLister, ListerError, ListerFeed, WatchStats};
 pub use policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache};
 pub use writer::{KubeWriter, WriterConfig};

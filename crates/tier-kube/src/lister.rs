@@ -49,6 +49,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::crd::{self, Tier};
+use crate::writer::{KubeWriter, WriterConfig};
 
 /// Starting a [`KubeLister`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,12 +82,62 @@ struct Inner {
     store: Store<Tier>,
     generation: watch::Receiver<Generation>,
     stats: Arc<Mutex<WatchStats>>,
-    task: JoinHandle<()>,
+    /// The task polling the reflector stream, when the lister owns it.
+    task: Option<JoinHandle<()>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// What an embedder's reflector stream shows a [`KubeLister::shared`] lister: call
+/// [`observe`](Self::observe) with every item the stream yields, right after the reflector
+/// yields it.
+#[derive(Debug)]
+pub struct ListerFeed {
+    store: Store<Tier>,
+    generation: watch::Sender<Generation>,
+    stats: Arc<Mutex<WatchStats>>,
+    published: Option<BTreeMap<String, ObservedTier>>,
+}
+
+impl ListerFeed {
+    /// Takes in one item of the reflector stream (already applied to the store): counts lists
+    /// and errors, and bumps the generation when what the core can observe changed.
+    pub fn observe(&mut self, event: &Result<watcher::Event<Tier>, watcher::Error>) {
+        match event {
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Ok(
+                event @ (watcher::Event::Apply(_)
+                | watcher::Event::Delete(_)
+                | watcher::Event::InitDone),
+            ) => {
+                if matches!(event, watcher::Event::InitDone) {
+                    lock(&self.stats).lists += 1;
+                }
+                // Before the first complete list the store is not ready: nothing to publish.
+                if lock(&self.stats).lists == 0 {
+                    return;
+                }
+                let now = observed(&self.store);
+                if self.published.as_ref() != Some(&now) {
+                    tracing::debug!(tiers = now.len(), %event, "observed Tier set changed");
+                    self.published = Some(now);
+                    self.generation.send_modify(|g| *g += 1);
+                }
+            }
+            Err(error) => {
+                let error = crate::explain::watch_error(error);
+                tracing::warn!(%error, "Tier watch failed; retrying with backoff");
+                let mut stats = lock(&self.stats);
+                stats.errors += 1;
+                stats.last_error = Some(error);
+            }
+        }
     }
 }
 
@@ -99,20 +150,56 @@ impl KubeLister {
 
     /// Like [`start`](Self::start), with an explicit API handle and watcher configuration.
     pub fn start_with(api: Api<Tier>, config: watcher::Config) -> Result<Self, ListerError> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
         let (store, writer) = reflector::store();
+        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+        Self::from_reflector(store, events)
+    }
+
+    /// A lister on an embedder's reflector: `store` is its store and `events` the stream
+    /// `kube::runtime::reflector(writer, ...)` returned for it, which the lister's task polls.
+    /// Use [`shared`](Self::shared) instead when the embedder polls the stream itself.
+    pub fn from_reflector<S>(store: Store<Tier>, events: S) -> Result<Self, ListerError>
+    where
+        S: futures::Stream<Item = Result<watcher::Event<Tier>, watcher::Error>> + Send + 'static,
+    {
+        let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
+        let (mut lister, feed) = Self::shared(store);
+        let task = runtime.spawn(drive(events, feed));
+        if let Some(inner) = Arc::get_mut(&mut lister.inner) {
+            inner.task = Some(task);
+        }
+        Ok(lister)
+    }
+
+    /// A lister on an embedder's reflector store, fed by the embedder: show the returned
+    /// [`ListerFeed`] every item of the reflector stream (see the [module docs](self)). The
+    /// lister runs no task and no watch of its own; it never syncs if the feed is dropped
+    /// before the first complete list.
+    pub fn shared(store: Store<Tier>) -> (Self, ListerFeed) {
         let (generation_tx, generation) = watch::channel(0);
         let stats = Arc::new(Mutex::new(WatchStats::default()));
-        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
-        let task = runtime.spawn(drive(events, store.clone(), generation_tx, stats.clone()));
-        Ok(Self {
+        let feed = ListerFeed {
+            store: store.clone(),
+            generation: generation_tx,
+            stats: stats.clone(),
+            published: None,
+        };
+        let lister = Self {
             inner: Arc::new(Inner {
                 store,
                 generation,
                 stats,
-                task,
+                task: None,
             }),
-        })
+        };
+        (lister, feed)
+    }
+
+    /// A [`KubeWriter`] whose updates start from this lister's store, the only safe base (see
+    /// [`writer`](mod@crate::writer)). `client` should have kube's retry layer off
+    /// ([`client::writer_client`](crate::client::writer_client)).
+    pub fn writer(&self, client: kube::Client, config: WriterConfig) -> KubeWriter {
+        KubeWriter::new(client, self.store(), config)
     }
 
     /// The reflector's store of full Tier objects (for a webhook, or the writer's updates).
@@ -168,43 +255,14 @@ fn observed(store: &Store<Tier>) -> BTreeMap<String, ObservedTier> {
         .collect()
 }
 
-/// Polls the reflector stream forever, bumping the generation after observable changes.
-async fn drive<S>(
-    events: S,
-    store: Store<Tier>,
-    generation: watch::Sender<Generation>,
-    stats: Arc<Mutex<WatchStats>>,
-) where
+/// Polls the reflector stream forever, showing every item to `feed`.
+async fn drive<S>(events: S, mut feed: ListerFeed)
+where
     S: futures::Stream<Item = Result<watcher::Event<Tier>, watcher::Error>>,
 {
     let mut events = std::pin::pin!(events);
-    let mut published: Option<BTreeMap<String, ObservedTier>> = None;
     while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
-            Ok(
-                event @ (watcher::Event::Apply(_)
-                | watcher::Event::Delete(_)
-                | watcher::Event::InitDone),
-            ) => {
-                if matches!(event, watcher::Event::InitDone) {
-                    lock(&stats).lists += 1;
-                }
-                let now = observed(&store);
-                if published.as_ref() != Some(&now) {
-                    tracing::debug!(tiers = now.len(), %event, "observed Tier set changed");
-                    published = Some(now);
-                    generation.send_modify(|g| *g += 1);
-                }
-            }
-            Err(error) => {
-                let error = crate::explain::watch_error(&error);
-                tracing::warn!(%error, "Tier watch failed; retrying with backoff");
-                let mut stats = lock(&stats);
-                stats.errors += 1;
-                stats.last_error = Some(error);
-            }
-        }
+        feed.observe(&event);
     }
     tracing::error!("Tier watch stream ended; the Tier cache will no longer change");
 }
@@ -255,22 +313,7 @@ mod tests {
     fn fed() -> (KubeLister, Feed) {
         let (feed, rx) = mpsc::unbounded();
         let (store, writer) = reflector::store();
-        let (generation_tx, generation) = watch::channel(0);
-        let stats = Arc::new(Mutex::new(WatchStats::default()));
-        let task = tokio::spawn(drive(
-            reflector::reflector(writer, rx),
-            store.clone(),
-            generation_tx,
-            stats.clone(),
-        ));
-        let lister = KubeLister {
-            inner: Arc::new(Inner {
-                store,
-                generation,
-                stats,
-                task,
-            }),
-        };
+        let lister = KubeLister::from_reflector(store, reflector::reflector(writer, rx)).unwrap();
         (lister, feed)
     }
 

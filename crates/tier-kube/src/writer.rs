@@ -2,13 +2,16 @@
 //!
 //! - **create** is a POST of a fresh object (name and spec only).
 //! - **update** is a replace (PUT) carrying `metadata.resourceVersion` as its precondition. The
-//!   body is the object cached by the lister's reflector (labels, annotations, owner references
-//!   and every other field preserved) with the spec set and the resourceVersion set to the one
-//!   the core decided on; a stale one gets 409 `Conflict`. When the Tier is not cached (no store
-//!   given, or it left the cache since), a minimal object (name, resourceVersion, spec) is sent:
-//!   its precondition still holds, and in practice the server answers `NotFound` or `Conflict`.
-//!   A JSON merge patch was not chosen: it would work too, but the PUT is what Antrea itself
-//!   does and what the issue asks for.
+//!   body is the object cached by the reflector the core observes (labels, annotations, owner
+//!   references and every other field preserved) with the spec set and the resourceVersion set
+//!   to the one the core decided on; a stale one gets 409 `Conflict`. A writer cannot exist
+//!   without that store ([`KubeWriter::new`] takes it, [`KubeLister::writer`] passes its own),
+//!   and a Tier that is not in it (deleted since it was observed) is answered
+//!   [`Stale`](tier_core::ErrorClass::Stale) without a request: no update can ever replace a
+//!   Tier with a minimal object and drop its labels and annotations. A JSON merge patch was not
+//!   chosen: it would work too, but the PUT is what Antrea itself does.
+//!
+//! [`KubeLister::writer`]: crate::KubeLister::writer
 //!
 //! A create answered 404 is [`NotInstalled`](tier_core::ErrorClass::NotInstalled), not stale: Tiers are
 //! cluster-scoped, so the only thing that can be missing is the resource itself (the CRD is not
@@ -18,8 +21,9 @@
 //! (default 10 s), reported as [`Transient`](tier_core::ErrorClass::Transient). Requests go
 //! through `Client::send` so the writer sees the response headers (`Retry-After`, see
 //! [`classify`](mod@crate::classify)). The writer itself never retries: every failure reaches the
-//! core, which re-observes first. Build the client with [`crate::client`] so kube's own retry
-//! layer is off as well.
+//! core, which re-observes first. Give it a client whose kube retry layer is off
+//! ([`client::writer_client`](crate::client::writer_client) builds one from the same
+//! `kube::Config` as the embedder's shared client, which keeps its retries).
 //!
 //! ```no_run
 //! # async fn example(client: kube::Client, lister: &tier_kube::KubeLister) {
@@ -29,7 +33,7 @@
 //! use tier_kube::{KubeWriter, WriterConfig};
 //!
 //! let config = WriterConfig { call_timeout: Duration::from_secs(5), ..WriterConfig::default() };
-//! let writer = KubeWriter::new(client, config).with_store(lister.store());
+//! let writer = lister.writer(client, config);
 //! writer.create(&TierSpec::new("emergency", 50, "[READ-ONLY]: System generated Emergency Tier")).await.ok();
 //! # }
 //! ```
@@ -77,36 +81,32 @@ impl Default for WriterConfig {
 pub struct KubeWriter {
     client: kube::Client,
     request: kube::core::Request,
-    store: Option<Store<Tier>>,
+    store: Store<Tier>,
     config: WriterConfig,
 }
 
 impl std::fmt::Debug for KubeWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeWriter")
-            .field("cached", &self.store.is_some())
+            .field("cached", &self.store.state().len())
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
 impl KubeWriter {
-    /// A writer on `client`, without a cache: updates send minimal objects until
-    /// [`with_store`](Self::with_store) is called.
-    pub fn new(client: kube::Client, config: WriterConfig) -> Self {
+    /// A writer on `client` whose updates start from the objects in `store`: the reflector
+    /// store the core observes through (the lister's, see
+    /// [`KubeLister::store`](crate::KubeLister::store), or simply use
+    /// [`KubeLister::writer`](crate::KubeLister::writer)). `client` should have kube's retry
+    /// layer off ([`client::writer_client`](crate::client::writer_client)).
+    pub fn new(client: kube::Client, store: Store<Tier>, config: WriterConfig) -> Self {
         Self {
             client,
             request: kube::core::Request::new(Tier::url_path(&(), None)),
-            store: None,
+            store,
             config,
         }
-    }
-
-    /// Uses `store` (the lister's, see [`KubeLister::store`](crate::KubeLister::store)) as the
-    /// base of updates, so they keep every field they do not manage.
-    pub fn with_store(mut self, store: Store<Tier>) -> Self {
-        self.store = Some(store);
-        self
     }
 
     /// The writer's configuration.
@@ -121,23 +121,23 @@ impl KubeWriter {
         }
     }
 
-    /// The body of an update: the cached object (or a minimal one) with the desired spec, on
-    /// `resource_version`.
-    fn replacement(&self, desired: &Desired, resource_version: &str) -> Tier {
-        let cached = self
-            .store
-            .as_ref()
-            .and_then(|store| store.get(&ObjectRef::new(&desired.name)));
-        let mut object = match cached {
-            Some(cached) => {
-                let mut object = (*cached).clone();
-                object.spec = TierSpec::from_desired(desired);
-                object
-            }
-            None => Tier::from_desired(desired),
+    /// The body of an update: the cached object with the desired spec, on `resource_version`.
+    ///
+    /// # Errors
+    ///
+    /// Stale when the Tier is not cached: it was deleted since the core observed it.
+    fn replacement(&self, desired: &Desired, resource_version: &str) -> Result<Tier, WriteError> {
+        let Some(cached) = self.store.get(&ObjectRef::new(&desired.name)) else {
+            return Err(WriteError::stale(format!(
+                "Tier {} is no longer in the Tier cache (deleted since it was observed); \
+                 not updating it from scratch",
+                desired.name
+            )));
         };
+        let mut object = (*cached).clone();
+        object.spec = TierSpec::from_desired(desired);
         object.metadata.resource_version = Some(resource_version.to_owned());
-        object
+        Ok(object)
     }
 
     /// Sends one request, bounded by the call timeout, and classifies the answer.
@@ -189,7 +189,7 @@ impl TierWriter for KubeWriter {
     }
 
     async fn update(&self, tier: &Desired, resource_version: &str) -> Result<(), WriteError> {
-        let body = to_json(&self.replacement(tier, resource_version))?;
+        let body = to_json(&self.replacement(tier, resource_version)?)?;
         let request = self.request.replace(&tier.name, &self.params(), body);
         self.send("replace", &tier.name, request).await
     }
@@ -248,9 +248,9 @@ mod tests {
         cached.metadata.annotations = Some(BTreeMap::from([("note".into(), "keep".into())]));
         writer.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
 
-        let kube_writer = KubeWriter::new(client(), WriterConfig::default()).with_store(store);
+        let kube_writer = KubeWriter::new(client(), store, WriterConfig::default());
         let desired = Desired::new("platform", 200, "");
-        let object = kube_writer.replacement(&desired, "8");
+        let object = kube_writer.replacement(&desired, "8").unwrap();
         assert_eq!(object.metadata.resource_version.as_deref(), Some("8"));
         assert_eq!(object.metadata.labels, cached.metadata.labels);
         assert_eq!(object.metadata.annotations, cached.metadata.annotations);
@@ -264,19 +264,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn replacement_without_cache_is_minimal() {
-        let kube_writer = KubeWriter::new(client(), WriterConfig::default());
+    async fn an_uncached_tier_is_stale_never_a_minimal_object() {
+        // The trap this type makes impossible: a PUT of a bare object would null the labels.
+        let (store, _feed) = reflector::store::<Tier>();
+        let kube_writer = KubeWriter::new(client(), store, WriterConfig::default());
         let desired = Desired::new("platform", 200, "d");
-        let object = kube_writer.replacement(&desired, "3");
-        assert_eq!(
-            serde_json::to_value(&object).unwrap(),
-            serde_json::json!({
-                "apiVersion": "crd.antrea.io/v1beta1",
-                "kind": "Tier",
-                "metadata": {"name": "platform", "resourceVersion": "3"},
-                "spec": {"priority": 200, "description": "d"}
-            })
+        let error = kube_writer.replacement(&desired, "3").unwrap_err();
+        assert_eq!(error.class, ErrorClass::Stale);
+        assert!(
+            error.message.contains("no longer in the Tier cache"),
+            "{error}"
         );
+        // And through the port: no request is sent (the client points at a closed port, so a
+        // request would have been transient, not stale).
+        let error = kube_writer.update(&desired, "3").await.unwrap_err();
+        assert_eq!(error.class, ErrorClass::Stale, "{error}");
     }
 
     #[test]

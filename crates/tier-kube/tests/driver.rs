@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{Harness, PATIENCE, antrea_admission, start};
 use tier_core::{Backoff, DesiredSet, DriverConfig, MachineConfig, Mode, Stopped, TierState};
-use tier_kube::{KubeLister, KubeWriter, WriterConfig};
+use tier_kube::{KubeLister, WriterConfig};
 use tier_runtime::Ensurer;
 use tier_testserver::{Fault, Verb};
 
@@ -38,7 +38,7 @@ fn ensure_with_events(h: &Harness, mode: Mode) -> (Ensurer, tier_core::EventRece
         call_timeout: Duration::from_secs(1),
         ..WriterConfig::default()
     };
-    let writer = KubeWriter::new(h.client.clone(), config).with_store(lister.store());
+    let writer = lister.writer(h.writer_client.clone(), config);
     tier_runtime::spawn_with_events(lister, writer, DesiredSet::antrea(), fast(), mode)
 }
 
@@ -267,4 +267,38 @@ async fn events_are_published_once_per_episode() {
     }
     assert_eq!(published, 7, "{reasons:?}");
     assert_eq!(recorded.len(), 7, "{reasons:?}");
+}
+
+/// The events task may be scheduled after the driver has already converged (a loaded node, a
+/// fast API server): it must still publish what happened since the driver started. (A status
+/// diff taking the status it first saw as its baseline published nothing here; the driver's
+/// event stream keeps every event until it is read.)
+#[tokio::test]
+async fn events_published_late_still_cover_the_drivers_start() {
+    let h = start(antrea_admission()).await;
+    let (ensurer, stream) = ensure_with_events(&h, Mode::Continuous);
+    let mut status = ensurer.status();
+    tokio::time::timeout(PATIENCE, status.initialized())
+        .await
+        .unwrap()
+        .unwrap();
+    // Only now does the events task run.
+    let events = tokio::spawn(tier_kube::events::publish(
+        h.client.clone(),
+        tier_kube::events::reporter(Some("tierd-0".into())),
+        stream,
+    ));
+    ensurer.shutdown().await;
+    let published = tokio::time::timeout(PATIENCE, events)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(published, 6);
+    let created = h
+        .server
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == "Created")
+        .count();
+    assert_eq!(created, 6);
 }

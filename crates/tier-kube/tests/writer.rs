@@ -64,7 +64,8 @@ async fn a_custom_field_manager_is_used() {
         field_manager: "antrea-controller".into(),
         ..common::writer_config()
     };
-    let writer = KubeWriter::new(h.client.clone(), config);
+    let (store, _) = kube::runtime::reflector::store();
+    let writer = KubeWriter::new(h.writer_client.clone(), store, config);
     writer.create(&spec("a", 1, "")).await.unwrap();
     let log = h.server.requests();
     assert!(
@@ -96,7 +97,7 @@ async fn update_replaces_the_cached_object_keeping_its_other_fields() {
         .unwrap()
         .to_owned();
 
-    let writer = h.writer().with_store(lister.store());
+    let writer = lister.writer(h.writer_client.clone(), common::writer_config());
     let desired = spec("platform", 200, "");
     writer.update(&desired, &rv).await.unwrap();
 
@@ -119,16 +120,32 @@ async fn update_replaces_the_cached_object_keeping_its_other_fields() {
     .await;
 }
 
+/// The trap issue 10 found: an update built without the cache PUT a minimal object and the
+/// Tier's labels became null. A writer cannot exist without a store now, and a Tier that is not
+/// in it is stale: nothing is sent, nothing is dropped.
 #[tokio::test]
-async fn update_without_a_cache_sends_a_minimal_object() {
+async fn an_update_never_drops_labels_of_an_uncached_tier() {
     let h = plain().await;
     h.seed("platform", 7, Some("drifted"));
-    let rv = h.rv("platform");
-    h.writer()
-        .update(&spec("platform", 200, "d"), &rv)
-        .await
+    h.server
+        .store()
+        .modify("platform", |obj| {
+            obj["metadata"]["labels"] = serde_json::json!({"team": "net"});
+        })
         .unwrap();
-    assert_eq!(h.stored("platform"), Some((200, Some("d".into()))));
+    let rv = h.rv("platform");
+    let error = assert_class(
+        h.writer().update(&spec("platform", 200, "d"), &rv).await,
+        ErrorClass::Stale,
+    );
+    assert!(
+        error.message.contains("no longer in the Tier cache"),
+        "{error:?}"
+    );
+    assert_eq!(h.server.requests().count(Verb::Update, None), 0);
+    let stored = h.server.store().get("platform").unwrap();
+    assert_eq!(stored["metadata"]["labels"]["team"], "net");
+    assert_eq!(h.stored("platform"), Some((7, Some("drifted".into()))));
 }
 
 // ---- Stale ----
@@ -159,8 +176,9 @@ async fn update_on_a_stale_resource_version_is_stale_conflict() {
         .store()
         .modify("baseline", |obj| obj["spec"]["priority"] = 2.into())
         .unwrap();
+    let (_lister, writer) = h.cached_writer().await;
     let error = assert_class(
-        h.writer().update(&spec("baseline", 253, ""), &old).await,
+        writer.update(&spec("baseline", 253, ""), &old).await,
         ErrorClass::Stale,
     );
     assert!(error.message.contains("modified"), "{error:?}");
@@ -176,8 +194,14 @@ async fn update_on_a_stale_resource_version_is_stale_conflict() {
 #[tokio::test]
 async fn update_of_a_missing_tier_is_stale_not_found() {
     let h = plain().await;
+    h.seed("ghost", 5, None);
+    let rv = h.rv("ghost");
+    // The cache still shows the Tier (its watch stopped) when the server no longer has it.
+    let (lister, writer) = h.cached_writer().await;
+    drop(lister);
+    h.server.store().delete("ghost").unwrap();
     let error = assert_class(
-        h.writer().update(&spec("ghost", 5, ""), "12").await,
+        writer.update(&spec("ghost", 6, ""), &rv).await,
         ErrorClass::Stale,
     );
     assert!(error.message.contains("not found"), "{error:?}");
@@ -283,7 +307,8 @@ async fn unauthorized_is_blocked() {
     })
     .await
     .unwrap();
-    let writer = KubeWriter::new(client, common::writer_config());
+    let (store, _) = kube::runtime::reflector::store();
+    let writer = KubeWriter::new(client, store, common::writer_config());
     assert_class(
         writer.create(&spec("a", 1, "")).await,
         ErrorClass::Forbidden,
@@ -365,8 +390,9 @@ async fn service_unavailable_is_transient_and_not_retried_by_the_client() {
     let rv = h.rv("a");
     h.server
         .inject(Fault::unavailable(Verb::Update).retry_after(2));
+    let (_lister, writer) = h.cached_writer().await;
     let error = assert_class(
-        h.writer().update(&spec("a", 2, ""), &rv).await,
+        writer.update(&spec("a", 2, ""), &rv).await,
         ErrorClass::Transient,
     );
     assert_eq!(error.retry_after, Some(Duration::from_secs(2)));
@@ -425,7 +451,8 @@ async fn a_hanging_write_is_cut_by_the_call_timeout() {
     let h = plain().await;
     h.server.inject(Fault::hang(Verb::Create));
     let writer = KubeWriter::new(
-        h.client.clone(),
+        h.writer_client.clone(),
+        kube::runtime::reflector::store().0,
         WriterConfig {
             call_timeout: Duration::from_millis(300),
             ..WriterConfig::default()
@@ -493,7 +520,7 @@ async fn a_lost_update_response_then_conflict() {
     h.seed("platform", 7, None);
     let rv = h.rv("platform");
     h.server.inject(Fault::lose_response(Verb::Update));
-    let writer = h.writer();
+    let (_lister, writer) = h.cached_writer().await;
     let desired = spec("platform", 200, "");
     assert_class(writer.update(&desired, &rv).await, ErrorClass::Transient);
     assert_eq!(

@@ -2,23 +2,24 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /readyz` | `200 ok` when every check of the readyz set passes; else 503 with the verbose listing |
-//! | `GET /readyz?verbose` | one line per check, `[+]name ok` or `[-]name failed: reason`, then `readyz check passed` (200) or `readyz check failed` (503) |
+//! | `GET /readyz` | `200 ok` when every required check passes; else 503 with the verbose listing |
+//! | `GET /readyz?verbose` | one line per registered check, `[+]name ok` or `[-]name failed: reason` (an informational one: `[-]name failed (informational): reason`), then `readyz check passed` (200) or `readyz check failed` (503) |
 //! | `GET /readyz?exclude=a&exclude=b` | the same without `a` and `b` (listed as `[+]a excluded: ok`) |
-//! | `GET /readyz/{name}` | one registered check, even one outside the readyz set (e.g. `/readyz/system-tiers`); 404 for an unknown name |
+//! | `GET /readyz/{name}` | one registered check, required or informational (e.g. `/readyz/system-tiers`); 404 for an unknown name |
 //!
-//! `/livez` works the same way over the livez set, which is empty by default: the process is
-//! live while it serves.
+//! `/livez` lists the checks of [`HealthConfig::livez`], none by default: the process is live
+//! while it serves.
 //!
 //! # Which checks `/readyz` includes
 //!
-//! The policy-cache checks (`acnp-cache-synced`, `annp-cache-synced`) are listed as
-//! *informational* (`[+]name ok (informational)`): visible, never failing `/readyz`, because only
-//! the webhook's DELETE needs them (see [`readiness`](crate::readiness)).
-//!
-//! Configurable with [`HealthConfig`]; the default is what the served handlers need,
-//! `tier-cache-synced` (the webhook reads the Tier cache) and `shutdown`, and **not**
-//! `system-tiers`. kube-apiserver reaches the webhook through a Service whose endpoints hold only
+//! Every check registered with the [`Readiness`] registry: a required one decides the answer,
+//! an informational one is only listed (see [`Readiness::register_informational`]). The
+//! standard registry requires what the served handlers need, `tier-cache-synced` (the webhook
+//! reads the Tier cache) and `shutdown`, and registers `system-tiers` as informational; `tierd
+//! run` also registers the policy-cache checks (`acnp-cache-synced`, `annp-cache-synced`) as
+//! informational, because only the webhook's DELETE needs them (see
+//! [`readiness`](crate::readiness)).
+//! kube-apiserver reaches the webhook through a Service whose endpoints hold only
 //! Ready pods, and creating a system Tier goes through that webhook. A single replica whose
 //! readiness waited for its own Tiers would never become Ready, so its webhook would never be
 //! reachable, so its Tiers could never be created: a deadlock. Tier initialization is visible at
@@ -39,40 +40,42 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckResult, CheckState, Readiness, SHUTDOWN,
-    TIER_CACHE_SYNCED, one_line,
-};
+use crate::readiness::{CheckKind, CheckResult, CheckState, Readiness, one_line};
 
-/// Which registered checks `/livez` and `/readyz` include.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Which registered checks `/livez` includes (`/readyz` includes every registered check; see
+/// the [module docs](self)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HealthConfig {
     /// The checks of `/livez`, in listing order (default: none).
     pub livez: Vec<String>,
-    /// The checks of `/readyz`, in listing order (default: `tier-cache-synced`, `shutdown`).
-    pub readyz: Vec<String>,
-    /// Checks listed by `/readyz` (verbose, or on failure) after the readyz set, marked
-    /// `(informational)`, that never fail it; skipped when not registered (default:
-    /// `acnp-cache-synced`, `annp-cache-synced`, which only the webhook's DELETE needs).
-    pub informational: Vec<String>,
 }
 
-impl Default for HealthConfig {
-    fn default() -> Self {
-        Self {
-            livez: Vec::new(),
-            readyz: vec![TIER_CACHE_SYNCED.to_owned(), SHUTDOWN.to_owned()],
-            informational: vec![ACNP_CACHE_SYNCED.to_owned(), ANNP_CACHE_SYNCED.to_owned()],
-        }
-    }
+/// The checks an endpoint lists.
+#[derive(Clone, Debug)]
+enum Checks {
+    /// These names, all required.
+    Fixed(Vec<String>),
+    /// Every registered check, with its kind.
+    Registered,
 }
 
 #[derive(Clone, Debug)]
 struct Endpoint {
     name: &'static str,
     readiness: Readiness,
-    checks: Vec<String>,
-    informational: Vec<String>,
+    checks: Checks,
+}
+
+impl Endpoint {
+    fn checks(&self) -> Vec<(String, CheckKind)> {
+        match &self.checks {
+            Checks::Fixed(names) => names
+                .iter()
+                .map(|name| (name.clone(), CheckKind::Required))
+                .collect(),
+            Checks::Registered => self.readiness.kinds(),
+        }
+    }
 }
 
 /// The routes `/livez`, `/livez/{name}`, `/readyz` and `/readyz/{name}` over `readiness`.
@@ -80,14 +83,12 @@ pub fn routes(readiness: Readiness, config: HealthConfig) -> Router {
     let livez = Endpoint {
         name: "livez",
         readiness: readiness.clone(),
-        checks: config.livez,
-        informational: Vec::new(),
+        checks: Checks::Fixed(config.livez),
     };
     let readyz = Endpoint {
         name: "readyz",
         readiness,
-        checks: config.readyz,
-        informational: config.informational,
+        checks: Checks::Registered,
     };
     Router::new()
         .route("/livez", get(all).with_state(livez.clone()))
@@ -122,26 +123,18 @@ async fn all(State(endpoint): State<Endpoint>, RawQuery(raw): RawQuery) -> Respo
     let mut excluded: BTreeSet<&str> = query.exclude.iter().map(String::as_str).collect();
     let mut lines = String::new();
     let mut failed = false;
-    for name in &endpoint.checks {
+    for (name, kind) in endpoint.checks() {
         if excluded.remove(name.as_str()) {
             lines.push_str(&format!("[+]{name} excluded: ok\n"));
             continue;
         }
-        let result = endpoint.readiness.result(name);
-        failed |= !result.state.is_ok();
-        lines.push_str(&line(&result));
-    }
-    for name in &endpoint.informational {
-        if endpoint.checks.contains(name) {
-            continue;
-        }
-        match endpoint.readiness.state(name) {
-            Some(CheckState::Ok) => lines.push_str(&format!("[+]{name} ok (informational)\n")),
-            Some(CheckState::Failed(reason)) => lines.push_str(&format!(
-                "[-]{name} failed (informational): {}\n",
-                one_line(&reason)
-            )),
-            None => {}
+        let result = endpoint.readiness.result(&name);
+        match kind {
+            CheckKind::Required => {
+                failed |= !result.state.is_ok();
+                lines.push_str(&line(&result));
+            }
+            CheckKind::Informational => lines.push_str(&informational(&result)),
         }
     }
     if !excluded.is_empty() {
@@ -173,6 +166,17 @@ async fn one(
     let result = CheckResult { name, state };
     let failed = !result.state.is_ok();
     finish(endpoint.name, line(&result), failed, query.verbose)
+}
+
+fn informational(result: &CheckResult) -> String {
+    match &result.state {
+        CheckState::Ok => format!("[+]{} ok\n", result.name),
+        CheckState::Failed(reason) => format!(
+            "[-]{} failed (informational): {}\n",
+            result.name,
+            one_line(reason)
+        ),
+    }
 }
 
 fn line(result: &CheckResult) -> String {

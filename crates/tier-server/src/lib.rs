@@ -41,7 +41,8 @@
 //! use tier_server::{Readiness, Routes, Server, Shutdown, Webhook, metrics};
 //!
 //! let shutdown = Shutdown::new();
-//! let readiness = Readiness::standard(status.clone(), &shutdown);
+//! let cache = tier_server::readiness::CacheSynced::new(lister.clone());
+//! let readiness = Readiness::standard(status.clone(), cache, &shutdown);
 //! let mut registry = prometheus_client::registry::Registry::default();
 //! metrics::register(&mut registry, status);
 //! let policy = AdmissionPolicy::antrea("system:serviceaccount:kube-system:tierd");
@@ -69,7 +70,9 @@ pub mod webhook;
 
 pub use conn::Limits;
 pub use health::HealthConfig;
-pub use readiness::{Check, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource};
+pub use readiness::{
+    Check, CheckKind, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource,
+};
 pub use server::{Ports, Routes, ServeError, Server, ServerMetrics};
 pub use tls::{CertFiles, CertReloader, TlsError};
 pub use webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};

@@ -11,7 +11,7 @@
 //!
 //! | name | passes when | from |
 //! |---|---|---|
-//! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (`Status.synced`) or [`ListerSynced`] |
+//! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (the lister the webhook reads) |
 //! | [`SYSTEM_TIERS`] | every system Tier has converged **once** (latched) | [`SystemTiers`] (`Status.initialized`) |
 //! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
 //! | [`ACNP_CACHE_SYNCED`], [`ANNP_CACHE_SYNCED`] | the Antrea ClusterNetworkPolicy / NetworkPolicy cache has listed, or found its CRD not installed | registered by whoever starts the caches (tierd: `tier_kube::PolicyCache`) |
@@ -23,6 +23,16 @@
 //! Tier create, tierd's own included, would fail on the unreachable webhook: the seed's deadlock.
 //! They show in `/readyz?verbose` only if added to the readyz set; each is always at
 //! `/readyz/<name>`.
+//!
+//! # `/readyz`
+//!
+//! Registering a check is all it takes for it to join `/readyz`
+//! ([`register`](Readiness::register)). A check registered with
+//! [`register_informational`](Readiness::register_informational) is listed by
+//! `/readyz?verbose` and answers at `/readyz/<name>`, but does not fail `/readyz`. The standard
+//! `system-tiers` check is informational (see [`Readiness::standard`] and
+//! [`health`](crate::health) for the deadlock that avoids); registering it again with
+//! `register` makes it required.
 //!
 //! `system-tiers` is latched ("initialized once"), like kube-apiserver's post-start hooks: a
 //! Tier that drifts later is corrected by the driver and shows in the metrics
@@ -152,37 +162,54 @@ impl<S: StatusSource> StatusSource for Arc<S> {
     }
 }
 
-/// [`TIER_CACHE_SYNCED`] from a driver status: passes once `Status.synced`.
-#[derive(Clone, Debug)]
-pub struct CacheSynced<S>(pub S);
+/// [`TIER_CACHE_SYNCED`], the one "cache synced" signal: passes once the Tier lister's
+/// snapshot is synced (its first complete list). Built on the lister the webhook reads, so the
+/// gate and the reads can never disagree; [`with_last_error`](Self::with_last_error) adds why
+/// it has not synced yet (a missing CRD, missing RBAC) to the reason.
+#[derive(Clone)]
+pub struct CacheSynced {
+    lister: Arc<dyn TierLister>,
+    last_error: Option<Arc<dyn Fn() -> Option<String> + Send + Sync>>,
+}
 
-impl<S: StatusSource> Check for CacheSynced<S> {
-    fn state(&self) -> CheckState {
-        if self.0.current().synced {
-            CheckState::Ok
-        } else {
-            CheckState::failed("the Tier cache has not completed its first list")
+impl fmt::Debug for CacheSynced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheSynced")
+            .field("synced", &self.lister.snapshot().is_synced())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CacheSynced {
+    /// The check on `lister`.
+    pub fn new(lister: Arc<dyn TierLister>) -> Self {
+        Self {
+            lister,
+            last_error: None,
         }
     }
-}
 
-/// [`TIER_CACHE_SYNCED`] from a Tier lister: passes once its snapshot is synced. Use it instead
-/// of [`CacheSynced`] when the webhook reads another cache than the driver's.
-#[derive(Clone)]
-pub struct ListerSynced(pub Arc<dyn TierLister>);
-
-impl fmt::Debug for ListerSynced {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ListerSynced").finish_non_exhaustive()
+    /// Adds `last_error` (e.g. the watch's last error) to the reason while not synced.
+    #[must_use]
+    pub fn with_last_error(
+        mut self,
+        last_error: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.last_error = Some(Arc::new(last_error));
+        self
     }
 }
 
-impl Check for ListerSynced {
+impl Check for CacheSynced {
     fn state(&self) -> CheckState {
-        if self.0.snapshot().is_synced() {
-            CheckState::Ok
-        } else {
-            CheckState::failed("the Tier cache has not completed its first list")
+        if self.lister.snapshot().is_synced() {
+            return CheckState::Ok;
+        }
+        match self.last_error.as_ref().and_then(|f| f()) {
+            Some(error) => CheckState::failed(format!(
+                "the Tier cache has not completed its first list; last error: {error}"
+            )),
+            None => CheckState::failed("the Tier cache has not completed its first list"),
         }
     }
 }
@@ -305,7 +332,17 @@ pub struct CheckResult {
     pub state: CheckState,
 }
 
-type Entries = Vec<(String, Arc<dyn Check>)>;
+/// Whether a registered check decides `/readyz`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckKind {
+    /// Fails `/readyz` while it fails ([`Readiness::register`]).
+    Required,
+    /// Listed by `/readyz?verbose` and served at `/readyz/<name>`, never fails `/readyz`
+    /// ([`Readiness::register_informational`]).
+    Informational,
+}
+
+type Entries = Vec<(String, CheckKind, Arc<dyn Check>)>;
 
 /// The registry of named checks. Cheap to clone; all clones share one registry, so a check
 /// registered later is seen by gates created earlier.
@@ -328,33 +365,64 @@ impl Readiness {
         Self::default()
     }
 
-    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] and [`SYSTEM_TIERS`]
-    /// from `status`, and [`SHUTDOWN`] from `shutdown`.
-    pub fn standard<S: StatusSource + Clone>(status: S, shutdown: &Shutdown) -> Self {
+    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] (`cache`) and
+    /// [`SHUTDOWN`] (`shutdown`), required, and [`SYSTEM_TIERS`] (`status`), informational: see
+    /// the [`health`](crate::health) module for why `/readyz` must not wait for it by default.
+    pub fn standard<S: StatusSource>(status: S, cache: CacheSynced, shutdown: &Shutdown) -> Self {
         let readiness = Self::new();
         readiness
-            .register(TIER_CACHE_SYNCED, CacheSynced(status.clone()))
-            .register(SYSTEM_TIERS, SystemTiers(status))
-            .register(SHUTDOWN, shutdown.check());
+            .register(TIER_CACHE_SYNCED, cache)
+            .register(SHUTDOWN, shutdown.check())
+            .register_informational(SYSTEM_TIERS, SystemTiers(status));
         readiness
     }
 
-    /// Registers `check` as `name`. A check registered under an existing name replaces it, in
-    /// place (the listing order stays the order of first registration).
+    /// Registers `check` as `name`, required: from now on it is part of `/readyz`. A check
+    /// registered under an existing name replaces it (and its kind) in place: the listing
+    /// order stays the order of first registration.
     pub fn register(&self, name: impl Into<String>, check: impl Check) -> &Self {
-        let name = name.into();
-        let check: Arc<dyn Check> = Arc::new(check);
+        self.insert(name.into(), CheckKind::Required, Arc::new(check))
+    }
+
+    /// Registers `check` as `name`, informational: listed by `/readyz?verbose` and served at
+    /// `/readyz/<name>`, but never failing `/readyz`. Replaces a check of the same name, as
+    /// [`register`](Self::register) does.
+    pub fn register_informational(&self, name: impl Into<String>, check: impl Check) -> &Self {
+        self.insert(name.into(), CheckKind::Informational, Arc::new(check))
+    }
+
+    fn insert(&self, name: String, kind: CheckKind, check: Arc<dyn Check>) -> &Self {
         let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
-        match entries.iter_mut().find(|(n, _)| *n == name) {
-            Some(entry) => entry.1 = check,
-            None => entries.push((name, check)),
+        match entries.iter_mut().find(|(n, _, _)| *n == name) {
+            Some(entry) => *entry = (name, kind, check),
+            None => entries.push((name, kind, check)),
         }
         self
     }
 
     /// The names of the registered checks, in registration order.
     pub fn names(&self) -> Vec<String> {
-        self.snapshot().into_iter().map(|(name, _)| name).collect()
+        self.snapshot()
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect()
+    }
+
+    /// Every registered check with its kind, in registration order: what `/readyz` lists.
+    pub fn kinds(&self) -> Vec<(String, CheckKind)> {
+        self.snapshot()
+            .into_iter()
+            .map(|(name, kind, _)| (name, kind))
+            .collect()
+    }
+
+    /// The kind of the check `name`, or `None` if no such check is registered.
+    pub fn kind(&self, name: &str) -> Option<CheckKind> {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, kind, _)| *kind)
     }
 
     /// Whether a check called `name` is registered.
@@ -407,8 +475,8 @@ impl Readiness {
         let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
         entries
             .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, check)| Arc::clone(check))
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, check)| Arc::clone(check))
     }
 
     fn snapshot(&self) -> Entries {
@@ -640,6 +708,40 @@ mod tests {
             .register("a", from_fn(|| CheckState::failed("x")));
         assert_eq!(readiness.names(), ["a", "b"]);
         assert_eq!(readiness.state("a"), Some(CheckState::failed("x")));
+    }
+
+    #[test]
+    fn registering_decides_the_kind_and_replacing_changes_it() {
+        let shutdown = Shutdown::new();
+        let (_tx, status) = watch::channel(Status::default());
+        let cache = CacheSynced::new(Arc::new(tier_core::FixedLister::default()));
+        let readiness = Readiness::standard(status.clone(), cache, &shutdown);
+        assert_eq!(
+            readiness.kinds(),
+            [
+                (TIER_CACHE_SYNCED.to_owned(), CheckKind::Required),
+                (SHUTDOWN.to_owned(), CheckKind::Required),
+                (SYSTEM_TIERS.to_owned(), CheckKind::Informational),
+            ]
+        );
+        readiness.register("mine", from_fn(|| CheckState::Ok));
+        assert_eq!(readiness.kind("mine"), Some(CheckKind::Required));
+        readiness.register(SYSTEM_TIERS, SystemTiers(status));
+        assert_eq!(readiness.kind(SYSTEM_TIERS), Some(CheckKind::Required));
+        assert_eq!(readiness.names()[2], SYSTEM_TIERS, "replaced in place");
+        assert_eq!(readiness.kind("absent"), None);
+    }
+
+    #[test]
+    fn cache_synced_follows_the_lister_and_says_why_not() {
+        let lister = Arc::new(tier_core::FixedLister::default());
+        let check = CacheSynced::new(lister.clone()).with_last_error(|| Some("403".into()));
+        assert_eq!(
+            check.state(),
+            CheckState::failed("the Tier cache has not completed its first list; last error: 403")
+        );
+        lister.set(tier_core::Snapshot::synced(1, []));
+        assert_eq!(check.state(), CheckState::Ok);
     }
 
     #[tokio::test]

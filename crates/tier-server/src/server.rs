@@ -552,11 +552,19 @@ mod tests {
 
     #[test]
     fn default_readyz_covers_what_the_handlers_declare() {
-        let readyz = HealthConfig::default().readyz;
-        for required in Webhook::REQUIRES {
-            assert!(readyz.iter().any(|r| r == required), "{required}");
+        use crate::readiness::{CheckKind, SHUTDOWN, SYSTEM_TIERS};
+
+        let (_tx, status) = tokio::sync::watch::channel(tier_core::Status::default());
+        let cache = crate::readiness::CacheSynced::new(std::sync::Arc::new(
+            tier_core::FixedLister::default(),
+        ));
+        let readiness = crate::Readiness::standard(status, cache, &crate::Shutdown::new());
+        let required = |name: &str| readiness.kind(name) == Some(CheckKind::Required);
+        for name in Webhook::REQUIRES {
+            assert!(required(name), "{name}");
         }
-        assert!(readyz.iter().any(|r| r == crate::readiness::SHUTDOWN));
-        assert!(!readyz.iter().any(|r| r == crate::readiness::SYSTEM_TIERS));
+        assert!(required(SHUTDOWN));
+        assert!(!required(SYSTEM_TIERS));
+        assert_eq!(readiness.kind(SYSTEM_TIERS), Some(CheckKind::Informational));
     }
 }

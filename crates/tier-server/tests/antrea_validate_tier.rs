@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tier_core::admission::AdmissionPolicy;
-use tier_core::{ObservedTier, Snapshot, TierLister, ValidationRules};
+use tier_core::{FixedLister, ObservedTier, Snapshot, TierLister, ValidationRules};
 use tier_kube::policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache, PolicyRef};
 use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckState, ListerSynced, TIER_CACHE_SYNCED, from_fn,
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED, from_fn,
 };
 use tier_server::{PolicyReferences, Readiness, Webhook};
 
@@ -27,21 +27,6 @@ const MAX_SUPPORTED_TIERS: i64 = 20;
 
 /// Antrea's `cnpAdminTierPriority`.
 const CNP_ADMIN_TIER_PRIORITY: i64 = 220;
-
-struct FixedLister(Snapshot);
-
-#[async_trait::async_trait]
-impl TierLister for FixedLister {
-    async fn wait_synced(&self) {}
-
-    fn snapshot(&self) -> Snapshot {
-        self.0.clone()
-    }
-
-    async fn changed(&self, _seen: tier_core::Generation) {
-        std::future::pending::<()>().await;
-    }
-}
 
 #[derive(Clone, Copy)]
 enum Op {
@@ -100,7 +85,7 @@ fn webhook(case: &Case) -> Webhook {
         description: String::new(),
         resource_version: "1".into(),
     });
-    let lister: Arc<dyn TierLister> = Arc::new(FixedLister(Snapshot::synced(1, tiers)));
+    let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::synced(1, tiers)));
     let acnps = PolicyCache::<ClusterNetworkPolicies>::from_policies(
         case.exist_acnp
             .map(|(name, tier)| PolicyRef::new(None, name, Some(tier))),
@@ -111,7 +96,7 @@ fn webhook(case: &Case) -> Webhook {
     );
     let readiness = Readiness::new();
     readiness
-        .register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()))
+        .register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()))
         .register(ACNP_CACHE_SYNCED, from_fn(|| CheckState::Ok))
         .register(ANNP_CACHE_SYNCED, from_fn(|| CheckState::Ok));
     let policy = AdmissionPolicy::antrea(ANTREA_CONTROLLER).with_rules(ValidationRules {

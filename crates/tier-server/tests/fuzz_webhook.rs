@@ -11,16 +11,15 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use kube_core::DynamicObject;
 use kube_core::admission::AdmissionReview;
 use proptest::prelude::*;
 use tier_core::admission::AdmissionPolicy;
-use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
+use tier_core::{FixedLister, ObservedTier, Snapshot, TierLister};
 use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckState, ListerSynced, TIER_CACHE_SYNCED, from_fn,
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED, from_fn,
 };
 use tier_server::webhook::ReviewError;
 use tier_server::{PolicyReferences, Readiness, Webhook};
@@ -39,22 +38,6 @@ const SYSTEM: [(&str, i64); 6] = [
 
 const RESERVED: [i64; 4] = [251, 252, 254, 255];
 
-/// A Tier lister holding a fixed, synced snapshot.
-struct FixedLister(Snapshot);
-
-#[async_trait]
-impl TierLister for FixedLister {
-    async fn wait_synced(&self) {}
-
-    fn snapshot(&self) -> Snapshot {
-        self.0.clone()
-    }
-
-    async fn changed(&self, _seen: Generation) {
-        std::future::pending::<()>().await;
-    }
-}
-
 /// The webhook over the system Tiers, its `tier-cache-synced` check passing.
 fn webhook() -> Webhook {
     let tiers = SYSTEM.map(|(name, priority)| ObservedTier {
@@ -63,10 +46,10 @@ fn webhook() -> Webhook {
         description: String::new(),
         resource_version: "1".into(),
     });
-    let lister: Arc<dyn TierLister> = Arc::new(FixedLister(Snapshot::synced(1, tiers)));
+    let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::synced(1, tiers)));
     let readiness = Readiness::new();
     readiness
-        .register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()))
+        .register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()))
         .register(ACNP_CACHE_SYNCED, from_fn(|| CheckState::Ok))
         .register(ANNP_CACHE_SYNCED, from_fn(|| CheckState::Ok));
     // No policy references any Tier.

@@ -55,6 +55,8 @@ enum Route {
     /// `authorization.k8s.io/v1` SubjectAccessReviews.
     SubjectAccessReviews,
     Discovery(Document),
+    /// `selfsubjectreviews`: who the request's credentials are.
+    SelfSubjectReview,
     Health,
     Unknown,
 }
@@ -140,6 +142,9 @@ impl Route {
             ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"] => {
                 Self::SubjectAccessReviews
             }
+            ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] => {
+                Self::SelfSubjectReview
+            }
             ["healthz" | "livez" | "readyz", ..] => Self::Health,
             _ => Document::for_path(&format!("/{trimmed}")).map_or(Self::Unknown, Self::Discovery),
         }
@@ -163,6 +168,7 @@ impl Route {
             Self::Events { .. } => Endpoint::Events,
             Self::Objects { .. } => Endpoint::Objects,
             Self::Discovery(_) | Self::Health => Endpoint::Discovery,
+            Self::SelfSubjectReview => Endpoint::Identity,
             Self::Unknown | Self::TokenReviews | Self::SubjectAccessReviews => Endpoint::Unknown,
         }
     }
@@ -249,6 +255,27 @@ async fn dispatch(
             } else {
                 crate::auth::subject_access_review(shared, &body)
             })
+        }
+        Route::SelfSubjectReview if !shared.config.self_subject_review => {
+            respond(&StatusError::path_not_found())
+        }
+        Route::SelfSubjectReview => {
+            if method != Method::POST {
+                return respond(&StatusError::method_not_allowed(method.as_str()));
+            }
+            // As kube-apiserver: the body's content does not matter, the credentials do.
+            Outcome::Respond(reply::json(
+                201,
+                &serde_json::json!({
+                    "kind": "SelfSubjectReview",
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {"creationTimestamp": null},
+                    "status": {"userInfo": {
+                        "username": user,
+                        "groups": ["system:authenticated"],
+                    }},
+                }),
+            ))
         }
         Route::Events {
             api,

@@ -124,6 +124,11 @@ pub struct ServerConfig {
     /// Antrea's `ClusterNetworkPolicy` feature gate, for [`AdmissionMode::BuiltinAntrea`]: new
     /// Tiers may not take priority 220.
     pub cluster_network_policy: bool,
+    /// The port to listen on, on 127.0.0.1 (0, the default: any free port).
+    pub port: u16,
+    /// Whether `authentication.k8s.io/v1` `selfsubjectreviews` is served (Kubernetes 1.28+;
+    /// off: 404, as an older server answers).
+    pub self_subject_review: bool,
 }
 
 impl Default for ServerConfig {
@@ -136,6 +141,8 @@ impl Default for ServerConfig {
             default_watch_timeout: Duration::from_secs(1800),
             max_body_bytes: 3 * 1024 * 1024,
             cluster_network_policy: false,
+            port: 0,
+            self_subject_review: true,
         }
     }
 }
@@ -166,6 +173,20 @@ impl ServerConfig {
     #[must_use]
     pub fn watch_window(mut self, changes: usize) -> Self {
         self.watch_window = changes;
+        self
+    }
+
+    /// Listens on 127.0.0.1:`port` instead of any free port.
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Serves no `selfsubjectreviews`, like a server older than Kubernetes 1.28.
+    #[must_use]
+    pub fn without_self_subject_review(mut self) -> Self {
+        self.self_subject_review = false;
         self
     }
 

@@ -9,6 +9,13 @@
 //! (422 with causes), and validating admission in kube-apiserver's order (validation,
 //! admission, storage for a create; resourceVersion check first for an update).
 //!
+//! It also answers `authentication.k8s.io/v1` `selfsubjectreviews` with the user of the
+//! request's token (off with [`ServerConfig::without_self_subject_review`]), and serves
+//! discovery, so `kubectl` works against it. Label and field selectors, JSON patch and
+//! server-side apply are not implemented (nothing here sends them) and are refused with 400 or
+//! 415, never answered wrongly. The `tier-testserver` binary runs it on its own: a port, a
+//! kubeconfig written, optional Antrea admission (see README).
+//!
 //! Tests steer it at run time: admission modes ([`AdmissionMode`], including a real HTTPS
 //! webhook such as [`TestWebhook`]), [`Fault`]s per verb and name, [`drop_watches`],
 //! [`expire_next_watch`], and "other actor" writes through [`Store`]. Every request is
@@ -63,7 +70,6 @@ mod patch;
 pub mod policies;
 mod reply;
 mod resources;
-mod selector;
 mod server;
 mod status;
 mod store;
@@ -77,8 +83,8 @@ pub use config::{AdmissionMode, FailurePolicy, ServerConfig, WebhookConfig};
 pub use error::Error;
 pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
 pub use log::{Endpoint, RequestLog, RequestRecord};
-pub use resources::ObjectKind;
 pub use policies::{Policies, PolicyResource};
+pub use resources::ObjectKind;
 pub use server::TestApiServer;
 pub use status::{Cause, ResourceName, StatusError};
 pub use store::{EventsApi, Store};

@@ -21,6 +21,8 @@ pub enum Endpoint {
     Objects,
     /// Discovery, `/version` and health endpoints.
     Discovery,
+    /// `authentication.k8s.io/v1` `selfsubjectreviews`: who the request's credentials are.
+    Identity,
     /// Anything else (answered 404).
     Unknown,
 }

@@ -376,7 +376,10 @@ pub(crate) fn serve(
                 policies: policies.clone(),
                 resource,
             });
-            let scope = namespace.map(|ns| format!("metadata.namespace={ns}"));
+            let scope = watch::Scope {
+                name: None,
+                namespace: namespace.map(str::to_owned),
+            };
             watch::start(shared, request, scope, feed)
         }
         (Verb::Get, Some(name)) => policies

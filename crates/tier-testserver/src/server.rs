@@ -97,9 +97,10 @@ impl std::fmt::Debug for TestApiServer {
 }
 
 impl TestApiServer {
-    /// Binds 127.0.0.1:0 and starts serving. Must be called inside a tokio runtime.
+    /// Binds 127.0.0.1 (on [`ServerConfig::port`], any free port by default) and starts
+    /// serving. Must be called inside a tokio runtime.
     pub async fn start(config: ServerConfig) -> Result<Self, Error> {
-        let listener = TcpListener::bind(("127.0.0.1", 0))
+        let listener = TcpListener::bind(("127.0.0.1", config.port))
             .await
             .map_err(Error::Bind)?;
         let addr = listener.local_addr().map_err(Error::LocalAddr)?;

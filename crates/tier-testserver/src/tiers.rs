@@ -13,7 +13,6 @@ use crate::antrea::Operation;
 use crate::faults::Verb;
 use crate::patch;
 use crate::reply::{self, ResponseBody};
-use crate::selector::Selector;
 use crate::server::Shared;
 use crate::status::{Cause, StatusError};
 use crate::store::{Preconditions, check_preconditions, parse_rv};
@@ -59,7 +58,10 @@ pub(crate) async fn serve(
         (Verb::Watch, name) => watch::start(
             shared,
             request,
-            name.map(|n| format!("metadata.name={n}")),
+            watch::Scope {
+                name: name.map(str::to_owned),
+                namespace: None,
+            },
             Arc::new(shared.store.clone()),
         ),
         (Verb::Create, _) => create(shared, request).await,
@@ -108,11 +110,21 @@ pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), StatusError>
     Ok((rv, start.to_owned()))
 }
 
+/// Label and field selectors are not implemented: neither tierd nor kube's default watcher
+/// sends them, so a request that does is refused rather than answered unfiltered.
+pub(crate) fn refuse_selectors(request: &TierRequest<'_>) -> Result<(), StatusError> {
+    for param in ["labelSelector", "fieldSelector"] {
+        if request.param(param).is_some_and(|s| !s.is_empty()) {
+            return Err(StatusError::bad_request(format!(
+                "{param} is not implemented by tier-testserver (tierd never sends one)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseBody>, StatusError> {
-    let selector = Selector::parse(
-        request.param("labelSelector").unwrap_or_default(),
-        request.param("fieldSelector").unwrap_or_default(),
-    )?;
+    refuse_selectors(request)?;
     let limit = match request.param("limit") {
         None | Some("") => None,
         Some(text) => Some(
@@ -151,7 +163,6 @@ fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseB
                 .as_deref()
                 .is_none_or(|start| object_name(obj).unwrap_or_default() > start)
         })
-        .filter(|obj| selector.matches(obj))
         .collect();
     let total = matching.len();
     let page: Vec<Value> = match limit {
@@ -162,9 +173,7 @@ fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseB
     if page.len() < total {
         let last = page.last().and_then(object_name).unwrap_or_default();
         metadata["continue"] = json!(encode_continue(rv, last));
-        if selector.is_empty() {
-            metadata["remainingItemCount"] = json!(total - page.len());
-        }
+        metadata["remainingItemCount"] = json!(total - page.len());
     }
     Ok(reply::json(
         200,
@@ -318,23 +327,16 @@ async fn update(
 /// How many times a patch without a resourceVersion is re-applied after a concurrent write.
 const PATCH_ATTEMPTS: usize = 5;
 
-enum PatchKind {
-    Merge,
-    Json,
-}
-
 async fn patch(
     shared: &Shared,
     name: &str,
     request: &TierRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
-    const ACCEPTED: &[&str] = &[
-        "application/json-patch+json",
-        "application/merge-patch+json",
-    ];
-    let kind = match request.content_type.as_str() {
-        "application/merge-patch+json" => PatchKind::Merge,
-        "application/json-patch+json" => PatchKind::Json,
+    // JSON merge patch only: what kube clients (and the embedding example) send. JSON patch
+    // and server-side apply are refused with 415, never answered wrongly.
+    const ACCEPTED: &[&str] = &["application/merge-patch+json"];
+    match request.content_type.as_str() {
+        "application/merge-patch+json" => {}
         "application/apply-patch+yaml" => {
             return Err(StatusError::new(
                 415,
@@ -343,16 +345,9 @@ async fn patch(
             ));
         }
         other => return Err(StatusError::unsupported_media_type(other, ACCEPTED)),
-    };
+    }
     let patch_doc = decode(&request.body)?;
-    let pins_rv = match kind {
-        PatchKind::Merge => patch_doc.pointer("/metadata/resourceVersion").is_some(),
-        PatchKind::Json => patch_doc.as_array().is_some_and(|ops| {
-            ops.iter().any(|op| {
-                op.get("path").and_then(Value::as_str) == Some("/metadata/resourceVersion")
-            })
-        }),
-    };
+    let pins_rv = patch_doc.pointer("/metadata/resourceVersion").is_some();
     let dry_run = request.dry_run();
     let mut last_conflict = StatusError::stale(TIERS, name);
     for _ in 0..PATCH_ATTEMPTS {
@@ -361,25 +356,8 @@ async fn patch(
             .get(name)
             .ok_or_else(|| StatusError::not_found(TIERS, name))?;
         let existing_rv = object_rv(&existing).and_then(parse_rv);
-        let mut patched = match kind {
-            PatchKind::Merge => {
-                let mut target = existing.clone();
-                patch::merge_patch(&mut target, &patch_doc);
-                target
-            }
-            PatchKind::Json => patch::json_patch(&existing, &patch_doc).map_err(|e| {
-                StatusError::invalid(
-                    "",
-                    "",
-                    "",
-                    &[Cause::new(
-                        "FieldValueInvalid",
-                        format!("Invalid value: {patch_doc}: {e}"),
-                        "patch",
-                    )],
-                )
-            })?,
-        };
+        let mut patched = existing.clone();
+        patch::merge_patch(&mut patched, &patch_doc);
         tier::check_type(&patched)?;
         let patched_name = object_name(&patched).unwrap_or_default();
         if patched_name != name {

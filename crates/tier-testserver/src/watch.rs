@@ -13,10 +13,9 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
 use crate::reply::{self, ResponseBody};
-use crate::selector::Selector;
 use crate::server::Shared;
 use crate::status::StatusError;
-use crate::store::{Change, ChangeType, Store, Subscription, parse_rv};
+use crate::store::{Change, Store, Subscription, parse_rv};
 use crate::tier::{API_VERSION, KIND};
 use crate::tiers::TierRequest;
 
@@ -66,14 +65,14 @@ impl Feed for Store {
 const STREAM_BUFFER: usize = 256;
 
 struct WatchParams {
-    selector: Selector,
+    scope: Scope,
     bookmarks: bool,
     initial_events: bool,
     timeout: Duration,
 }
 
-/// Starts a watch of `feed`; `scope` is a field selector added to the request's (one Tier for
-/// the `/watch/tiers/{name}` form, one namespace for a namespaced path).
+/// Starts a watch of `feed`, limited to `scope` (one Tier for the `/watch/tiers/{name}` form, one
+/// namespace for a namespaced path). Label and field selectors are refused, as for lists.
 ///
 /// A resourceVersion older than the retained history, or an armed
 /// [`expire_next_watch`](crate::TestApiServer::expire_next_watch), yields a 200 stream
@@ -81,23 +80,10 @@ struct WatchParams {
 pub(crate) fn start(
     shared: &Arc<Shared>,
     request: &TierRequest<'_>,
-    scope: Option<String>,
+    scope: Scope,
     feed: Arc<dyn Feed>,
 ) -> Result<Response<ResponseBody>, StatusError> {
-    let mut field_selector = request
-        .param("fieldSelector")
-        .unwrap_or_default()
-        .to_owned();
-    if let Some(scope) = scope {
-        if !field_selector.is_empty() {
-            field_selector.push(',');
-        }
-        field_selector.push_str(&scope);
-    }
-    let selector = Selector::parse(
-        request.param("labelSelector").unwrap_or_default(),
-        &field_selector,
-    )?;
+    crate::tiers::refuse_selectors(request)?;
     let from = match request.param("resourceVersion") {
         None | Some("" | "0") => None,
         Some(text) => Some(parse_rv(text).ok_or_else(|| {
@@ -105,7 +91,7 @@ pub(crate) fn start(
         })?),
     };
     let params = WatchParams {
-        selector,
+        scope,
         bookmarks: request.param("allowWatchBookmarks") == Some("true"),
         initial_events: request.param("sendInitialEvents") == Some("true"),
         timeout: request
@@ -176,7 +162,7 @@ async fn run(
         rv,
     } = subscription;
     for change in &initial {
-        if !send_change(&sender, change, &params.selector).await {
+        if !send_change(&sender, change, &params.scope).await {
             return;
         }
     }
@@ -202,7 +188,7 @@ async fn run(
                     break;
                 };
                 for change in &pending {
-                    if !send_change(&sender, change, &params.selector).await {
+                    if !send_change(&sender, change, &params.scope).await {
                         return;
                     }
                 }
@@ -212,7 +198,7 @@ async fn run(
             }
             received = receiver.recv() => match received {
                 Ok(change) => {
-                    if !send_change(&sender, &change, &params.selector).await {
+                    if !send_change(&sender, &change, &params.scope).await {
                         return;
                     }
                 }
@@ -233,21 +219,36 @@ async fn tick(ticker: &mut Option<Interval>) {
     }
 }
 
-/// Sends `change` as the client sees it through `selector`; false when the client is gone.
-async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, selector: &Selector) -> bool {
-    let now = selector.matches(&change.object);
-    let before = change.old.as_ref().is_some_and(|old| selector.matches(old));
-    let kind = match (change.kind, before, now) {
-        (ChangeType::Modified, true, false) => ChangeType::Deleted,
-        (ChangeType::Modified, false, true) => ChangeType::Added,
-        (ChangeType::Modified | ChangeType::Deleted, false, false)
-        | (ChangeType::Added, _, false) => {
-            return true;
-        }
-        (kind, _, _) => kind,
-    };
+/// Which objects a watch sees, fixed by its path: one name and/or one namespace. Neither ever
+/// changes on an object, so an object never moves into or out of a watch's scope.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Scope {
+    /// Only the object of this name.
+    pub(crate) name: Option<String>,
+    /// Only objects in this namespace.
+    pub(crate) namespace: Option<String>,
+}
+
+impl Scope {
+    fn matches(&self, object: &Value) -> bool {
+        let field = |key: &str| object["metadata"][key].as_str().unwrap_or_default();
+        self.name
+            .as_deref()
+            .is_none_or(|name| field("name") == name)
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|namespace| field("namespace") == namespace)
+    }
+}
+
+/// Sends `change` if it lies in `scope`; false when the client is gone.
+async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, scope: &Scope) -> bool {
+    if !scope.matches(&change.object) {
+        return true;
+    }
     sender
-        .send(line(kind.as_str(), &change.object))
+        .send(line(change.kind.as_str(), &change.object))
         .await
         .is_ok()
 }

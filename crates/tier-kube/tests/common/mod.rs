@@ -22,7 +22,10 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 /// A running test API server and a kube client pointed at it through a kubeconfig file.
 pub struct Harness {
     pub server: TestApiServer,
+    /// The shared client: kube's defaults, retries on.
     pub client: kube::Client,
+    /// The writer's client from the same configuration: retries off.
+    pub writer_client: kube::Client,
     pub kubeconfig: TempFile,
 }
 
@@ -50,15 +53,18 @@ pub async fn start(config: ServerConfig) -> Harness {
         .unwrap();
     let kubeconfig = TempFile::new("kubeconfig");
     server.write_kubeconfig(&kubeconfig.0, USER).unwrap();
-    let client = tier_kube::client::client(&ClientOptions {
+    let config = tier_kube::client::config(&ClientOptions {
         kubeconfig: Some(kubeconfig.0.clone()),
         ..ClientOptions::default()
     })
     .await
     .unwrap();
+    let client = tier_kube::client::client_from_config(config.clone()).unwrap();
+    let writer_client = tier_kube::client::writer_client(config).unwrap();
     Harness {
         server,
         client,
+        writer_client,
         kubeconfig,
     }
 }
@@ -71,14 +77,27 @@ pub fn antrea_admission() -> ServerConfig {
 }
 
 impl Harness {
-    /// A writer with a short call timeout and no cache.
+    /// A writer with a short call timeout over an empty store that never fills: enough for
+    /// creates; every update is stale (not cached). Use [`cached_writer`](Self::cached_writer)
+    /// for updates.
     pub fn writer(&self) -> KubeWriter {
-        KubeWriter::new(self.client.clone(), writer_config())
+        let (store, _) = kube::runtime::reflector::store();
+        KubeWriter::new(self.writer_client.clone(), store, writer_config())
     }
 
-    /// A started lister.
+    /// A synced lister and a writer with a short call timeout over its store.
+    pub async fn cached_writer(&self) -> (KubeLister, KubeWriter) {
+        let lister = self.lister();
+        synced(&lister).await;
+        let writer = lister.writer(self.writer_client.clone(), writer_config());
+        (lister, writer)
+    }
+
+    /// A started lister. It uses the no-retry client so that every failed list and watch
+    /// reaches the watcher (and its stats), which is what these tests observe; on the shared
+    /// client kube's retry layer would absorb a single 503.
     pub fn lister(&self) -> KubeLister {
-        KubeLister::start(self.client.clone()).unwrap()
+        KubeLister::start(self.writer_client.clone()).unwrap()
     }
 
     /// Seeds a Tier as another actor would (no admission).

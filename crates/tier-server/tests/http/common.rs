@@ -3,19 +3,16 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use axum::Router;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
-use tier_core::{
-    Generation, ObservedTier, OutcomeCounts, Snapshot, TierLister, TierState, TierStatus,
-};
+use tier_core::{ObservedTier, OutcomeCounts, Snapshot, TierState, TierStatus};
 use tier_server::{ServeError, Server};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -140,33 +137,6 @@ pub async fn get_tls(
     let presented = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
     let reply = exchange(tls, request("GET", path, &[], Vec::new())).await;
     Ok((reply, presented))
-}
-
-/// A Tier lister whose snapshot the test sets.
-#[derive(Default)]
-pub struct FakeLister {
-    snapshot: Mutex<Snapshot>,
-}
-
-impl FakeLister {
-    pub fn set(&self, snapshot: Snapshot) {
-        *self.snapshot.lock().unwrap() = snapshot;
-    }
-}
-
-#[async_trait]
-impl TierLister for FakeLister {
-    async fn wait_synced(&self) {
-        std::future::pending::<()>().await;
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        self.snapshot.lock().unwrap().clone()
-    }
-
-    async fn changed(&self, _seen: Generation) {
-        std::future::pending::<()>().await;
-    }
 }
 
 pub fn observed(name: &str, priority: i64) -> ObservedTier {

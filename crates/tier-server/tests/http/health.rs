@@ -5,8 +5,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing;
-use tier_core::{Status, TierState};
-use tier_server::readiness::{self, CheckState, TIER_CACHE_SYNCED};
+use std::sync::Arc;
+
+use tier_core::{FixedLister, Snapshot, Status, TierState};
+use tier_server::readiness::{self, CacheSynced, CheckState, TIER_CACHE_SYNCED};
 use tier_server::{HealthConfig, Readiness, Routes, Shutdown};
 use tokio::sync::watch;
 
@@ -14,20 +16,42 @@ use crate::common::{Running, get, tier_status};
 
 struct Fixture {
     status: watch::Sender<Status>,
+    cache: Arc<FixedLister>,
     shutdown: Shutdown,
     readiness: Readiness,
 }
 
+impl Fixture {
+    /// Publishes `status`, the Tier cache synced exactly when the status says so.
+    fn send(&self, status: Status) {
+        if status.synced {
+            self.cache.set(Snapshot::synced(1, []));
+        }
+        self.status.send_replace(status);
+    }
+}
+
 fn fixture() -> Fixture {
     let (status, rx) = watch::channel(Status::default());
+    let cache = Arc::new(FixedLister::default());
     let shutdown = Shutdown::new();
-    let readiness = Readiness::standard(rx, &shutdown);
+    let readiness = Readiness::standard(rx, CacheSynced::new(cache.clone()), &shutdown);
     Fixture {
         status,
+        cache,
         shutdown,
         readiness,
     }
 }
+
+/// The informational `system-tiers` line of `/readyz?verbose` for [`synced`].
+const TIERS_WAITING: &str = "[-]system-tiers failed (informational): system Tiers not \
+                             initialized: baseline blocked after 3 attempts: tier baseline \
+                             priority 253 overlaps with existing Tier; application pending\n";
+
+/// The same before the first list.
+const TIERS_UNSYNCED: &str = "[-]system-tiers failed (informational): the Tier cache has not \
+                              completed its first list\n";
 
 fn synced() -> Status {
     Status {
@@ -51,7 +75,7 @@ fn synced() -> Status {
 #[tokio::test]
 async fn readyz_passes_plain_and_verbose() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
 
     let reply = get(server.addr, "/readyz").await;
@@ -62,7 +86,7 @@ async fn readyz_passes_plain_and_verbose() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(
         reply.body,
-        "[+]tier-cache-synced ok\n[+]shutdown ok\nreadyz check passed\n"
+        format!("[+]tier-cache-synced ok\n[+]shutdown ok\n{TIERS_WAITING}readyz check passed\n")
     );
     server.stop().await.unwrap();
 }
@@ -71,9 +95,12 @@ async fn readyz_passes_plain_and_verbose() {
 async fn readyz_failure_lists_every_check_with_its_reason() {
     let f = fixture();
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
-    let expected = "[-]tier-cache-synced failed: the Tier cache has not completed its first list\n\
-                    [+]shutdown ok\n\
-                    readyz check failed\n";
+    let expected = format!(
+        "[-]tier-cache-synced failed: the Tier cache has not completed its first list\n\
+         [+]shutdown ok\n\
+         {TIERS_UNSYNCED}\
+         readyz check failed\n"
+    );
     for path in ["/readyz", "/readyz?verbose"] {
         let reply = get(server.addr, path).await;
         assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
@@ -98,10 +125,13 @@ async fn readyz_exclude_leaves_checks_out() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(
         reply.body,
-        "[+]tier-cache-synced excluded: ok\n\
+        format!(
+            "[+]tier-cache-synced excluded: ok\n\
          [+]shutdown ok\n\
+         {TIERS_UNSYNCED}\
          warn: some readyz checks cannot be excluded: no matches for \"nope\",\"other\"\n\
          readyz check passed\n"
+        )
     );
     server.stop().await.unwrap();
 }
@@ -109,12 +139,14 @@ async fn readyz_exclude_leaves_checks_out() {
 #[tokio::test]
 async fn readyz_single_check_includes_checks_outside_the_set() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
 
-    // system-tiers is not part of /readyz by default ...
+    // system-tiers does not decide /readyz by default (it is informational) ...
     let reply = get(server.addr, "/readyz").await;
     assert_eq!(reply.status, StatusCode::OK);
+    let reply = get(server.addr, "/readyz?verbose").await;
+    assert!(reply.body.contains(TIERS_WAITING), "{}", reply.body);
     // ... but it can be asked for by name, and names every Tier that is not converged.
     let reply = get(server.addr, "/readyz/system-tiers").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -140,29 +172,64 @@ async fn readyz_single_check_includes_checks_outside_the_set() {
     // Initialized is latched: a later drift does not fail the check.
     let mut status = synced();
     status.initialized = true;
-    f.status.send_replace(status);
+    f.send(status);
     let reply = get(server.addr, "/readyz/system-tiers").await;
     assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
     server.stop().await.unwrap();
 }
 
 #[tokio::test]
-async fn readyz_set_is_configurable() {
+async fn a_registered_check_joins_readyz_in_one_step() {
     let f = fixture();
-    f.status.send_replace(synced());
-    let config = HealthConfig {
-        livez: vec![],
-        readyz: vec!["system-tiers".into(), "shutdown".into()],
-        ..HealthConfig::default()
-    };
-    let router = Routes::new(f.readiness.clone())
-        .health(config)
-        .into_router();
-    let server = Running::plain(router).await;
+    f.send(synced());
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+    assert_eq!(get(server.addr, "/readyz").await.status, StatusCode::OK);
+
+    // An embedder's own check: registering it is all it takes.
+    let (mine, rx) = watch::channel(CheckState::failed("my cache is cold"));
+    f.readiness.register("my-cache", rx);
     let reply = get(server.addr, "/readyz").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
-        reply.body.starts_with("[-]system-tiers failed: "),
+        reply
+            .body
+            .contains("[-]my-cache failed: my cache is cold\n"),
+        "{}",
+        reply.body
+    );
+    mine.send_replace(CheckState::Ok);
+    assert_eq!(get(server.addr, "/readyz").await.status, StatusCode::OK);
+
+    // An informational one is listed but never fails /readyz.
+    f.readiness.register_informational(
+        "my-hint",
+        readiness::from_fn(|| CheckState::failed("warming")),
+    );
+    let reply = get(server.addr, "/readyz?verbose").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(
+        reply
+            .body
+            .contains("[-]my-hint failed (informational): warming\n"),
+        "{}",
+        reply.body
+    );
+    assert_eq!(
+        get(server.addr, "/readyz/my-hint").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+
+    // `tierd run --ready-requires-tiers`: system-tiers registered as required.
+    f.readiness.register(
+        readiness::SYSTEM_TIERS,
+        readiness::SystemTiers(f.status.subscribe()),
+    );
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        reply
+            .body
+            .contains("[-]system-tiers failed: system Tiers not initialized"),
         "{}",
         reply.body
     );
@@ -172,7 +239,7 @@ async fn readyz_set_is_configurable() {
 #[tokio::test]
 async fn shutdown_fails_readiness_at_once_but_not_liveness() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
     assert_eq!(get(server.addr, "/readyz").await.status, StatusCode::OK);
 
@@ -181,7 +248,10 @@ async fn shutdown_fails_readiness_at_once_but_not_liveness() {
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         reply.body,
-        "[+]tier-cache-synced ok\n[-]shutdown failed: shutting down\nreadyz check failed\n"
+        format!(
+            "[+]tier-cache-synced ok\n[-]shutdown failed: shutting down\n{TIERS_WAITING}readyz \
+             check failed\n"
+        )
     );
     let reply = get(server.addr, "/livez").await;
     assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
@@ -197,7 +267,6 @@ async fn livez_can_include_checks() {
     readiness.register("deadlock", rx);
     let config = HealthConfig {
         livez: vec!["deadlock".into()],
-        ..HealthConfig::default()
     };
     let server = Running::plain(Routes::new(readiness).health(config).into_router()).await;
     assert_eq!(get(server.addr, "/livez").await.body, "ok");
@@ -233,7 +302,7 @@ async fn gated_route_answers_503_until_its_check_passes() {
     // Health is not gated.
     assert_eq!(get(server.addr, "/livez").await.status, StatusCode::OK);
 
-    f.status.send_replace(synced());
+    f.send(synced());
     let reply = get(server.addr, "/tiers").await;
     assert_eq!(
         (reply.status, reply.body.as_str()),

@@ -12,8 +12,9 @@ use axum::http::StatusCode;
 use prometheus_client::registry::Registry;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
+use tier_core::FixedLister;
 use tier_core::admission::AdmissionPolicy;
-use tier_server::readiness::{ListerSynced, TIER_CACHE_SYNCED};
+use tier_server::readiness::{CacheSynced, TIER_CACHE_SYNCED};
 use tier_server::tls::CertFiles;
 use tier_server::{CertReloader, Limits, Readiness, Routes, Server, ServerMetrics, Webhook};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -21,7 +22,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::client::TlsStream;
 
-use crate::common::{FakeLister, Running, get, post, samples, system_tiers, temp_dir};
+use crate::common::{Running, get, post, samples, system_tiers, temp_dir};
 
 /// Distinct timeouts, so a test can tell which one closed a connection.
 const LIMITS: Limits = Limits {
@@ -37,10 +38,10 @@ const LIMITS: Limits = Limits {
 
 /// Probes and the webhook on one router, the webhook's cache synced.
 fn router() -> Router {
-    let lister = Arc::new(FakeLister::default());
+    let lister = Arc::new(FixedLister::default());
     lister.set(system_tiers());
     let readiness = Readiness::new();
-    readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+    readiness.register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()));
     let webhook = Webhook::new(
         lister,
         AdmissionPolicy::antrea("system:serviceaccount:kube-system:tierd"),

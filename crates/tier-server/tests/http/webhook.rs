@@ -9,21 +9,21 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use tier_core::admission::{AdmissionPolicy, ReferenceIndex};
-use tier_core::{Snapshot, TierSpec, TierWriter, WriteError};
+use tier_core::{FixedLister, Snapshot, TierSpec, TierWriter, WriteError};
 use tier_server::readiness::{
-    self, ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckState, ListerSynced, TIER_CACHE_SYNCED,
+    self, ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED,
 };
 use tier_server::webhook::{NOT_SYNCED, PATH, POLICIES_NOT_SYNCED};
 use tier_server::{
     PolicyReferences, Readiness, ReservationTable, ReservingWriter, Routes, Webhook,
 };
 
-use crate::common::{FakeLister, Running, observed, post, system_tiers};
+use crate::common::{Running, observed, post, system_tiers};
 
 const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
 
 struct Fixture {
-    lister: Arc<FakeLister>,
+    lister: Arc<FixedLister>,
     acnps: Arc<FakeIndex>,
     annps: Arc<FakeIndex>,
     reservations: ReservationTable,
@@ -79,12 +79,12 @@ async fn fixture(snapshot: Snapshot) -> Fixture {
 }
 
 async fn fixture_with(snapshot: Snapshot, policy: AdmissionPolicy) -> Fixture {
-    let lister = Arc::new(FakeLister::default());
+    let lister = Arc::new(FixedLister::default());
     lister.set(snapshot);
     let (acnps, annps) = (FakeIndex::synced(&[]), FakeIndex::synced(&[]));
     let readiness = Readiness::new();
     readiness
-        .register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()))
+        .register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()))
         .register(ACNP_CACHE_SYNCED, acnps.check())
         .register(ANNP_CACHE_SYNCED, annps.check());
     let clock = Arc::new(std::sync::Mutex::new(std::time::Instant::now()));
@@ -332,10 +332,10 @@ async fn only_delete_waits_for_the_policy_caches() {
 
 #[tokio::test]
 async fn without_policy_caches_a_delete_is_never_allowed() {
-    let lister = Arc::new(FakeLister::default());
+    let lister = Arc::new(FixedLister::default());
     lister.set(system_tiers());
     let readiness = Readiness::new();
-    readiness.register(TIER_CACHE_SYNCED, ListerSynced(lister.clone()));
+    readiness.register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()));
     let webhook = Webhook::new(lister, AdmissionPolicy::antrea(CONTROLLER), &readiness);
     let server = Running::plain(webhook.routes()).await;
     let response = send(&server, &delete("u1", "mine")).await;
@@ -503,8 +503,7 @@ async fn before_the_cache_syncs_every_review_is_a_retryable_denial() {
 async fn the_cache_is_not_read_while_its_check_fails() {
     // The lister is synced, but the declared check still fails: the webhook must not answer
     // from the cache.
-    let lister = Arc::new(FakeLister::default());
-    lister.set(system_tiers());
+    let lister = Arc::new(FixedLister::new(system_tiers()));
     let readiness = Readiness::new();
     let (tx, rx) = tokio::sync::watch::channel(CheckState::failed("not yet"));
     readiness.register(TIER_CACHE_SYNCED, rx);

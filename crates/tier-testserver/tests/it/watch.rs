@@ -183,21 +183,6 @@ async fn send_initial_events_ends_with_an_annotated_bookmark() {
 }
 
 #[tokio::test]
-async fn field_selector_filters_watch_events() {
-    let server = server(ServerConfig::default().bookmark_interval(None)).await;
-    let http = Http::admin(&server);
-    let mut watch = WatchReader::open(
-        &http,
-        "resourceVersion=0&fieldSelector=metadata.name%3Dwanted",
-    )
-    .await;
-    http.post(TIERS, &tier("other", 1, None)).await;
-    http.post(TIERS, &tier("wanted", 2, None)).await;
-    let event = watch.next(SHORT).await.unwrap();
-    assert_eq!(event["object"]["metadata"]["name"], "wanted");
-}
-
-#[tokio::test]
 async fn other_actor_writes_reach_watches() {
     let server = server(ServerConfig::default().bookmark_interval(None)).await;
     let http = Http::admin(&server);
