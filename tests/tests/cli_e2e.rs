@@ -237,7 +237,7 @@ async fn plan_says_a_create_would_be_refused_and_by_whom() {
     assert!(
         ensure
             .stderr
-            .contains("tier networkops priority 150 overlaps with existing Tier"),
+            .contains("networkops blocked: priority 150 is held by Tier team-a"),
         "{}",
         ensure.stderr
     );
@@ -334,8 +334,8 @@ async fn logs_in_a_pipe_have_no_colour_and_no_kube_duplicates_by_default() {
         !quiet.contains('\u{1b}'),
         "ANSI escape in a pipe: {quiet:?}"
     );
-    assert!(quiet.contains("write failed, retrying"), "{quiet}");
-    assert!(quiet.contains("converged"), "{quiet}");
+    assert!(quiet.contains("retrying after 1 failed attempt"), "{quiet}");
+    assert!(quiet.contains("system Tiers initialized"), "{quiet}");
     assert!(!quiet.contains("failed with status"), "{quiet}");
     // RUST_LOG brings kube's per-request lines back: the default really drops something.
     let loud = run(Some("info")).await;

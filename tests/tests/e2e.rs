@@ -219,7 +219,7 @@ async fn by_default_the_webhook_lets_tierds_own_identity_correct_priorities() {
     let tierd = Tierd::run_with(&cluster, Some(&tls), &[], None).await;
     let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
         .ca_pem(tls.ca_pem.clone())
-        .ready_url(format!("{}/readyz", tierd.url()));
+        .ready_url(format!("http://{}/readyz", tierd.probe_addr));
     cluster
         .server
         .set_admission(AdmissionMode::Webhook(webhook))

@@ -24,7 +24,7 @@ async fn cluster_with_tierd(prepare: impl FnOnce(&Cluster)) -> (Cluster, Tierd) 
     let tierd = Tierd::run(&cluster, Some(&tls), &[]).await;
     let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
         .ca_pem(tls.ca_pem.clone())
-        .ready_url(format!("{}/readyz", tierd.url()));
+        .ready_url(format!("http://{}/readyz", tierd.probe_addr));
     cluster
         .server
         .set_admission(AdmissionMode::Webhook(webhook))
@@ -216,7 +216,7 @@ async fn feature_gates_are_input_checked_before_any_request() {
     assert!(
         gated
             .stderr
-            .contains("tier admin: priority: is reserved for upstream ClusterNetworkPolicy"),
+            .contains("tiers[0] (admin): spec.priority: Invalid value: 220: is reserved for upstream ClusterNetworkPolicy"),
         "{}",
         gated.stderr
     );

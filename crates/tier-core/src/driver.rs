@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use crate::admission::AdmissionPolicy;
 use crate::error::WriteError;
 use crate::fleet::{Fleet, FleetConfig, TierId};
-use crate::machine::{Action, MachineConfig, TierEvent, TierStatus};
+use crate::machine::{Action, MachineConfig, TierEvent, TierState, TierStatus};
 use crate::ports::{Clock, TierLister, TierWriter};
 use crate::spec::DesiredSet;
 use crate::status::{Status, StatusHandle};
@@ -280,7 +280,13 @@ impl<'a> Published<'a> {
         for (i, tier) in status.tiers.iter().enumerate() {
             let before = self.last.get(i).map(|s| s.state.as_str());
             if before != Some(tier.state.as_str()) && before.is_some() {
-                tracing::debug!(tier = %tier.name, "{tier}");
+                // Events cover every other cause; a run of failed calls has none, so entering it
+                // is worth one line (not one per retry).
+                if matches!(tier.state, TierState::Retrying { .. }) {
+                    tracing::warn!(tier = %tier.name, "{tier}");
+                } else {
+                    tracing::debug!(tier = %tier.name, "{tier}");
+                }
             }
         }
         if status.initialized && !self.initialized {

@@ -3,7 +3,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `GET /readyz` | `200 ok` when every required check passes; else 503 with the verbose listing |
-//! | `GET /readyz?verbose` | one line per registered check, `[+]name ok` or `[-]name failed: reason` (an informational one: `[-]name failed (informational): reason`), then `readyz check passed` (200) or `readyz check failed` (503) |
+//! | `GET /readyz?verbose` | one line per registered check, `[+]name ok` or `[-]name failed: reason` (an informational one: `[+]name ok (informational)` or `[-]name failed (informational): reason`), then `readyz check passed` (200) or `readyz check failed` (503) |
 //! | `GET /readyz?exclude=a&exclude=b` | the same without `a` and `b` (listed as `[+]a excluded: ok`) |
 //! | `GET /readyz/{name}` | one registered check, required or informational (e.g. `/readyz/system-tiers`); 404 for an unknown name |
 //!
@@ -170,7 +170,7 @@ async fn one(
 
 fn informational(result: &CheckResult) -> String {
     match &result.state {
-        CheckState::Ok => format!("[+]{} ok\n", result.name),
+        CheckState::Ok => format!("[+]{} ok (informational)\n", result.name),
         CheckState::Failed(reason) => format!(
             "[-]{} failed (informational): {}\n",
             result.name,

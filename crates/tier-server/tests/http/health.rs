@@ -46,8 +46,8 @@ fn fixture() -> Fixture {
 
 /// The informational `system-tiers` line of `/readyz?verbose` for [`synced`].
 const TIERS_WAITING: &str = "[-]system-tiers failed (informational): system Tiers not \
-                             initialized: baseline blocked after 3 attempts: tier baseline \
-                             priority 253 overlaps with existing Tier; application pending\n";
+                             initialized: baseline blocked: priority 253 is held by Tier mine; \
+                             application pending\n";
 
 /// The same before the first list.
 const TIERS_UNSYNCED: &str = "[-]system-tiers failed (informational): the Tier cache has not \
@@ -362,11 +362,11 @@ async fn graceful_shutdown_after_the_drain_delay() {
 #[tokio::test]
 async fn policy_cache_checks_are_listed_but_never_fail_readyz() {
     let f = fixture();
-    f.status.send_replace(synced());
+    f.send(synced());
     let (acnp, acnp_rx) = watch::channel(CheckState::failed("listing: 403 Forbidden"));
     f.readiness
-        .register(readiness::ACNP_CACHE_SYNCED, acnp_rx)
-        .register(
+        .register_informational(readiness::ACNP_CACHE_SYNCED, acnp_rx)
+        .register_informational(
             readiness::ANNP_CACHE_SYNCED,
             readiness::from_fn(|| CheckState::Ok),
         );
@@ -378,9 +378,11 @@ async fn policy_cache_checks_are_listed_but_never_fail_readyz() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(
         reply.body,
-        "[+]tier-cache-synced ok\n[+]shutdown ok\n\
+        format!(
+            "[+]tier-cache-synced ok\n[+]shutdown ok\n{TIERS_WAITING}\
          [-]acnp-cache-synced failed (informational): listing: 403 Forbidden\n\
          [+]annp-cache-synced ok (informational)\nreadyz check passed\n"
+        )
     );
     // Each is still its own check.
     assert_eq!(
