@@ -36,14 +36,17 @@ async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
         metrics.contains("tierd_system_tiers_initialized 1"),
         "{metrics}"
     );
-    // Events: one Created per Tier.
-    let created = cluster
-        .server
-        .events()
-        .iter()
-        .filter(|e| e["reason"] == "Created")
-        .count();
-    assert_eq!(created, 6);
+    // Events: one Created per Tier (published from the event stream as they happen, so they
+    // may trail the status by a few requests).
+    let created = |c: &Cluster| {
+        c.server
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "Created")
+            .count()
+    };
+    assert!(cluster.eventually(|c| created(c) >= 6).await);
+    assert_eq!(created(&cluster), 6);
 
     let signalled = Instant::now();
     tierd.terminate().await;
