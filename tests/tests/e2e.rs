@@ -36,8 +36,8 @@ async fn run_converges_an_empty_cluster_and_stops_on_sigterm() {
         metrics.contains("tierd_system_tiers_initialized 1"),
         "{metrics}"
     );
-    // Events: one Created per Tier. They are published by their own task after the status
-    // changes, so they may trail readiness: wait for them, then check there are no more.
+    // Events: one Created per Tier (published from the event stream as they happen, so they
+    // may trail the status by a few requests): wait for them, then check there are no more.
     let created = |c: &Cluster| {
         c.server
             .events()

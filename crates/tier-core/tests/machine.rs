@@ -873,3 +873,54 @@ fn a_blocked_tier_that_turns_up_is_updated_whatever_the_stale_prediction() {
         })
     );
 }
+
+#[test]
+fn an_editor_every_thirty_seconds_is_corrected_at_once_every_time() {
+    // Slower than one token per 20 s, faster than the 120 s quiet period: tokens must refill.
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, t0);
+    for round in 1..=12u32 {
+        let edit = t0 + round * 30 * S;
+        rv += 1;
+        m.handle_timeout(edit);
+        m.handle_observation(present(1, "desc", &rv.to_string()), rv, edit);
+        assert!(
+            matches!(step(&mut m, edit), Some(Action::Update { .. })),
+            "round {round}: {:?}",
+            m.status()
+        );
+        m.handle_outcome(Ok(()), edit);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, edit + 50 * MS);
+    }
+    assert!(!m.status().contested);
+    assert_eq!(m.status().corrections, 12);
+}
+
+#[test]
+fn an_observation_during_a_call_never_starts_a_second_one() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(present(1, "", "1"), 1, t0);
+    assert!(step(&mut m, t0).is_some());
+    // Someone else puts it in sync, then drifts it, while our call is in flight.
+    m.handle_observation(present(253, "desc", "2"), 2, t0 + MS);
+    assert!(m.is_in_flight());
+    m.handle_observation(present(2, "", "3"), 3, t0 + 2 * MS);
+    assert_eq!(step(&mut m, t0 + 2 * MS), None, "a second call in flight");
+    m.handle_outcome(Ok(()), t0 + 3 * MS);
+    assert_eq!(m.status().outcomes.ok, 1);
+}
+
+#[test]
+fn a_set_change_exactly_at_the_first_backoff_step_wakes_a_not_installed_tier() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Err(WriteError::not_installed("404")), t0);
+    m.handle_observation(Observed::Absent, 2, t0 + 250 * MS);
+    assert_eq!(m.poll_action(t0 + 250 * MS), Some(Action::Create(spec())));
+}
