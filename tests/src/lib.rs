@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use serde_json::Value;
-use tier_testserver::{AdmissionMode, ServerConfig, TestApiServer};
+use tier_testserver::{AdmissionMode, ServerConfig, TestApiServer, WebhookConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
@@ -202,6 +202,21 @@ pub struct Tls {
 }
 
 impl Tls {
+    /// A TLS client configuration that trusts this certificate alone (ring, TLS 1.2 and 1.3).
+    pub fn client_config(&self) -> rustls::ClientConfig {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(self.ca_pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+    }
+
     /// A fresh certificate for `127.0.0.1` and `localhost`.
     pub fn new() -> Self {
         let certified =
@@ -348,6 +363,24 @@ impl Tierd {
         } else {
             get(&format!("{}{path}", self.url()), self.ca_pem.as_deref()).await
         }
+    }
+
+    /// Makes this tierd (started with `tls`) `cluster`'s Tier webhook, reached only while its
+    /// `/readyz` on the probe port answers 200 (kube-apiserver reaches only Ready pods), and
+    /// waits until Antrea's Tiers exist: tierd's own creates went through its own webhook.
+    pub async fn serve_as_webhook(&self, cluster: &Cluster, tls: &Tls) {
+        let webhook = WebhookConfig::new(format!("{}/validate/tier", self.url()))
+            .ca_pem(tls.ca_pem.clone())
+            .ready_url(format!("http://{}/readyz", self.probe_addr));
+        cluster
+            .server
+            .set_admission(AdmissionMode::Webhook(webhook))
+            .unwrap();
+        assert!(
+            cluster.eventually(Cluster::has_antrea_tiers).await,
+            "{:?}",
+            self.logs()
+        );
     }
 
     /// Polls `path` until it answers 200; the time since the process started.

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use tier_tests::{Cluster, PATIENCE, Tierd, Tls, antrea};
-use tier_testserver::{AdmissionMode, Fault, ServerConfig, Verb, WebhookConfig};
+use tier_testserver::{Fault, ServerConfig, Verb};
 
 /// Seeds every Antrea Tier with a wrong priority or description, except `keep`.
 fn seed_drifted(cluster: &Cluster) {
@@ -179,18 +179,7 @@ async fn a_single_replica_whose_webhook_needs_it_ready_does_not_deadlock() {
     // The API server reaches tierd's webhook only while tierd's /readyz answers 200.
     let cluster = Cluster::start(ServerConfig::default().user("alice-token", "alice")).await;
     let tierd = Tierd::run(&cluster, Some(&tls), &[]).await;
-    let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
-        .ca_pem(tls.ca_pem.clone())
-        .ready_url(format!("http://{}/readyz", tierd.probe_addr));
-    cluster
-        .server
-        .set_admission(AdmissionMode::Webhook(webhook))
-        .unwrap();
-    assert!(
-        cluster.eventually(Cluster::has_antrea_tiers).await,
-        "{:?}",
-        tierd.logs()
-    );
+    tierd.serve_as_webhook(&cluster, &tls).await;
     // The webhook really reviews: a user's Tier at a system priority is denied by tierd.
     let squatter = tier_testserver::tier::tier("team-a", 150, None);
     let url = format!("{}/apis/crd.antrea.io/v1beta1/tiers", cluster.server.url());
@@ -217,14 +206,7 @@ async fn by_default_the_webhook_lets_tierds_own_identity_correct_priorities() {
     let tls = Tls::new();
     let cluster = Cluster::start_as(ServerConfig::default().user("alice-token", "alice"), ME).await;
     let tierd = Tierd::run_with(&cluster, Some(&tls), &[], None).await;
-    let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
-        .ca_pem(tls.ca_pem.clone())
-        .ready_url(format!("http://{}/readyz", tierd.probe_addr));
-    cluster
-        .server
-        .set_admission(AdmissionMode::Webhook(webhook))
-        .unwrap();
-    assert!(cluster.eventually(Cluster::has_antrea_tiers).await);
+    tierd.serve_as_webhook(&cluster, &tls).await;
     // Someone drifts a priority behind the webhook's back; tierd's correction is an UPDATE of
     // the priority, which the webhook allows only to the controller user.
     cluster

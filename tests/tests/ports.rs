@@ -37,17 +37,7 @@ async fn get<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// GET over TLS trusting `tls`'s certificate.
 async fn get_tls(addr: SocketAddr, tls: &Tls, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(tls.ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = tls.client_config();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tier_tests::{Cluster, PATIENCE, Tierd, Tls};
 use tier_testserver::policies::policy;
-use tier_testserver::{AdmissionMode, PolicyResource, ServerConfig, WebhookConfig};
+use tier_testserver::{PolicyResource, ServerConfig};
 
 const ALICE: &str = "alice-token";
 const ACNP: PolicyResource = PolicyResource::ClusterNetworkPolicies;
@@ -22,18 +22,7 @@ async fn cluster_with_tierd(prepare: impl FnOnce(&Cluster)) -> (Cluster, Tierd) 
     let cluster = Cluster::start(ServerConfig::default().user(ALICE, "alice")).await;
     prepare(&cluster);
     let tierd = Tierd::run(&cluster, Some(&tls), &[]).await;
-    let webhook = WebhookConfig::new(format!("{}/validate/tier", tierd.url()))
-        .ca_pem(tls.ca_pem.clone())
-        .ready_url(format!("http://{}/readyz", tierd.probe_addr));
-    cluster
-        .server
-        .set_admission(AdmissionMode::Webhook(webhook))
-        .unwrap();
-    assert!(
-        cluster.eventually(Cluster::has_antrea_tiers).await,
-        "{:?}",
-        tierd.logs()
-    );
+    tierd.serve_as_webhook(&cluster, &tls).await;
     (cluster, tierd)
 }
 

@@ -22,17 +22,7 @@ const STALLED_HANDSHAKES: usize = 300;
 const HELD_HEAD: usize = 12 * 1024;
 
 fn connector(tls: &Tls) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(tls.ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = tls.client_config();
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 

@@ -132,17 +132,7 @@ async fn measure(
         let _ = stopped.await;
     }));
 
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(tls.ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = tls.client_config();
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config)
         .https_only()
