@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tierd_fuzz::review::Review;
+use tier_fuzz_model::Review;
 
 fuzz_target!(|review: Review| {
     let body = review.json().render();

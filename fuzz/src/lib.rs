@@ -1,10 +1,9 @@
-//! Shared pieces of tierd's fuzz targets: a webhook over a fixed, synced Tier cache, the
-//! properties every answer must have, and an `Arbitrary` model of AdmissionReviews.
+//! Shared pieces of tierd's fuzz targets: a webhook over a fixed, synced Tier cache and the
+//! properties every answer must have. The `Arbitrary` model of AdmissionReviews is
+//! `tier-fuzz-model` (`crates/tier-fuzz-model`), shared with the CI proptests.
 //!
 //! Every `check_*` function panics when a property fails, which libFuzzer reports as a crash;
 //! a panic inside the code under test is reported the same way.
-
-pub mod review;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
@@ -18,8 +17,8 @@ use tier_server::readiness::{
 };
 use tier_server::{PolicyReferences, Readiness, Webhook};
 
-/// The controller user of the policy under test.
-pub const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
+pub use tier_fuzz_model::CONTROLLER;
+use tier_fuzz_model::SYSTEM;
 
 fn observed(name: &str, priority: i64) -> ObservedTier {
     ObservedTier {
@@ -36,14 +35,7 @@ pub fn webhook() -> &'static Webhook {
     WEBHOOK.get_or_init(|| {
         let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::synced(
             1,
-            [
-                observed("baseline", 253),
-                observed("application", 250),
-                observed("platform", 200),
-                observed("networkops", 150),
-                observed("securityops", 100),
-                observed("emergency", 50),
-            ],
+            SYSTEM.map(|(name, priority)| observed(name, priority)),
         )));
         let readiness = Readiness::new();
         readiness
