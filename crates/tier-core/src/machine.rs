@@ -624,6 +624,10 @@ pub struct TierMachine {
     /// Whether the last failed create may have been applied (its answer was lost): a denial of
     /// the retry then most likely concerns the Tier itself, which the cache will show.
     maybe_created: bool,
+    /// How long the next successful write waits for its echo: `echo_timeout` until the cache
+    /// is seen to lag past it, then doubled by each echo that does not come in time, up to the
+    /// backoff cap. A write sent again from the basis it replaced can only meet itself.
+    echo_wait: Duration,
     contest: Contest,
     corrections: u64,
     outcomes: OutcomeCounts,
@@ -636,6 +640,7 @@ impl TierMachine {
     /// A machine for `spec`; `seed` makes its jitter deterministic.
     pub fn new(spec: TierSpec, config: MachineConfig, seed: u64) -> Self {
         let tokens = config.contest.burst;
+        let echo_wait = config.echo_timeout;
         Self {
             spec,
             config,
@@ -650,6 +655,7 @@ impl TierMachine {
             was_in_sync: false,
             written_basis: None,
             maybe_created: false,
+            echo_wait,
             contest: Contest {
                 tokens,
                 refill_from: None,
@@ -741,7 +747,7 @@ impl TierMachine {
                 });
                 self.phase = Phase::AwaitEcho {
                     basis,
-                    deadline: now + self.config.echo_timeout,
+                    deadline: now + self.echo_wait,
                 };
             }
             Err(error) => self.failed(error, basis, generation, kind, now),
@@ -778,7 +784,7 @@ impl TierMachine {
                 let wait = config
                     .backoff
                     .delay(self.attempt, None, unit)
-                    .max(config.echo_timeout)
+                    .max(self.echo_wait)
                     .min(config.backoff.cap);
                 (wait, Wake::TierChange(basis))
             }
@@ -792,7 +798,7 @@ impl TierMachine {
                 let wait = config
                     .denied_backoff
                     .delay(self.attempt, error.retry_after, unit)
-                    .max(config.echo_timeout)
+                    .max(self.echo_wait)
                     .min(config.backoff.cap);
                 (wait, Wake::TierChange(basis))
             }
@@ -1072,8 +1078,22 @@ impl TierMachine {
     /// Moves timed phases whose time has come.
     fn advance_timers(&mut self, now: Instant) {
         let ready = match &self.phase {
-            Phase::AwaitEcho { deadline, .. } => now >= *deadline,
-            Phase::Waiting { until, .. } => now >= *until,
+            Phase::AwaitEcho { deadline, basis } if now >= *deadline => {
+                if *basis == self.fingerprint() {
+                    self.echo_missed();
+                }
+                true
+            }
+            Phase::AwaitEcho { .. } => false,
+            Phase::Waiting { until, wake } if now >= *until => {
+                if let Wake::TierChange(basis) = wake
+                    && *basis == self.fingerprint()
+                {
+                    self.cache_lagged();
+                }
+                true
+            }
+            Phase::Waiting { .. } => false,
             Phase::Hold { until } => {
                 let over = now >= *until;
                 self.contest.hold_served |= over;
@@ -1122,8 +1142,40 @@ impl TierMachine {
         }
     }
 
+    /// The echo deadline passed with the cache still showing the write's basis: the cache lags
+    /// more than `echo_wait` (or lost the event). The write goes out again, as a fallback; the
+    /// next echo gets twice as long, and a denial of a create sent again concerns the Tier the
+    /// first one created, so it waits for the cache as after a lost create.
+    fn echo_missed(&mut self) {
+        self.cache_lagged();
+        self.maybe_created = self.last_write == Some(WriteKind::Create);
+    }
+
+    /// A wait for the cache ended on its timer with the cache unchanged: the cache lags more
+    /// than `echo_wait`, so the next wait for it is twice as long (up to the backoff cap).
+    fn cache_lagged(&mut self) {
+        let cap = self.config.backoff.cap.max(self.config.echo_timeout);
+        self.echo_wait = self.echo_wait.saturating_mul(2).min(cap);
+    }
+
+    /// How long this machine now waits for the cache (see `echo_wait`).
+    pub(crate) fn echo_wait(&self) -> Duration {
+        self.echo_wait
+    }
+
+    /// The cache is shared: another Tier learned it lags by `wait`; wait as long from now on.
+    /// A write still awaiting its echo gets the longer wait too.
+    pub(crate) fn share_echo_wait(&mut self, wait: Duration) {
+        let longer = wait.saturating_sub(self.echo_wait);
+        if let Phase::AwaitEcho { deadline, .. } = &mut self.phase {
+            *deadline += longer;
+        }
+        self.echo_wait = self.echo_wait.max(wait);
+    }
+
     fn converge(&mut self, now: Instant) {
         self.phase = Phase::Converged;
+        self.maybe_created = false;
         self.attempt = 0;
         self.last_error = None;
         self.error_since = None;
