@@ -30,7 +30,7 @@
 //!
 //! | class | next attempt | state |
 //! |---|---|---|
-//! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before `echo_timeout` | retrying |
+//! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before the echo wait (`echo_timeout`, doubled up to the backoff cap once the cache lagged past it) | retrying |
 //! | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap | retrying |
 //! | denied | after the short `denied_backoff` (the webhook's view lags ours), the transient backoff once that outlasts `denied_warn_after` attempts; never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
 //! | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does | forbidden, naming the permission |
@@ -38,8 +38,9 @@
 //!
 //! A create the observed set says will be denied (see [`Blocker`]) is never sent: the machine
 //! is *blocked* until the blocker goes away. After a successful write the machine waits for the
-//! cache to show it (or for `echo_timeout`) before deciding again, so a fault-free run sends
-//! exactly one write per drifted Tier. A *correction* (a write that restores a Tier that had been
+//! cache to show it (or for the echo wait) before deciding again, so a fault-free run sends
+//! exactly one write per drifted Tier. Sent again from the basis it replaced, a confirmed write
+//! can only meet itself, so once the cache is seen to lag past the echo wait, the wait doubles. A *correction* (a write that restores a Tier that had been
 //! in sync, by update or re-create) spends a token of a bucket ([`ContestPolicy`]); without a
 //! token the Tier is *contested* and the correction is held off. The contest ends after a quiet
 //! period, on a timer.
@@ -72,7 +73,8 @@ pub struct MachineConfig {
     /// (default 10 s).
     pub not_installed_retry: Duration,
     /// How long to wait for the cache to show a successful write before deciding again on what
-    /// it shows (default 3 s).
+    /// it shows (default 3 s). Once a wait for the cache ends on its timer with the cache
+    /// unchanged, later waits double, up to the backoff cap, for every Tier of the fleet.
     pub echo_timeout: Duration,
     /// How corrections are limited.
     pub contest: ContestPolicy,

@@ -962,3 +962,33 @@ fn a_missed_echo_doubles_the_next_wait_and_a_self_denial_waits_for_the_cache() {
         "no update from a stale basis"
     );
 }
+
+#[test]
+fn a_stale_fallback_that_finds_the_cache_unchanged_lengthens_the_echo_wait() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Err(WriteError::stale("AlreadyExists")), t0);
+    // The cache shows nothing for 3 s: it lags more than that.
+    let t1 = t0 + 3 * S;
+    assert_eq!(step(&mut m, t1), Some(Action::Create(spec())));
+    m.handle_outcome(Ok(()), t1);
+    assert_eq!(m.poll_timeout(), Some(t1 + 6 * S));
+}
+
+#[test]
+fn an_echo_in_time_keeps_the_echo_wait() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Ok(()), t0);
+    m.handle_observation(present(253, "desc", "5"), 2, t0 + 3 * S - MS);
+    assert!(m.is_converged());
+    let t1 = t0 + 10 * S;
+    m.handle_observation(present(100, "desc", "6"), 3, t1);
+    assert!(matches!(step(&mut m, t1), Some(Action::Update { .. })));
+    m.handle_outcome(Ok(()), t1);
+    assert_eq!(m.poll_timeout(), Some(t1 + 3 * S));
+}
