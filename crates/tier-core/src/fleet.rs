@@ -142,10 +142,14 @@ impl Fleet {
         let Some(machine) = self.machines.get_mut(tier) else {
             return;
         };
-        let transient = matches!(&outcome, Err(e) if e.class == ErrorClass::Transient);
+        let class = outcome.as_ref().err().map(|e| e.class);
         machine.handle_outcome(outcome, now);
-        if transient {
+        if class == Some(ErrorClass::Transient) {
             self.probe.get_or_insert(tier);
+        } else if class == Some(ErrorClass::Stale) {
+            // A Conflict comes from storage, before admission runs: it does not show that the
+            // whole write path (a webhook that could not be reached) is back. The outage goes
+            // on; if this was the probe, the next Tier still retrying takes over.
         } else if self.probe.take().is_some() {
             // The server answered: whoever waits on a transient backoff retries now.
             for machine in &mut self.machines {
@@ -159,6 +163,11 @@ impl Fleet {
     pub fn handle_timeout(&mut self, now: Instant) {
         for machine in &mut self.machines {
             machine.handle_timeout(now);
+        }
+        // One cache serves every Tier: a lag one Tier learned holds for all.
+        let echo_wait = self.machines.iter().map(TierMachine::echo_wait).max();
+        for machine in &mut self.machines {
+            machine.share_echo_wait(echo_wait.unwrap_or_default());
         }
         self.latch(now);
     }

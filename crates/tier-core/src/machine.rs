@@ -30,7 +30,7 @@
 //!
 //! | class | next attempt | state |
 //! |---|---|---|
-//! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before `echo_timeout` | retrying |
+//! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before the echo wait (`echo_timeout`, doubled up to the backoff cap once the cache lagged past it) | retrying |
 //! | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap | retrying |
 //! | denied | after the short `denied_backoff` (the webhook's view lags ours), the transient backoff once that outlasts `denied_warn_after` attempts; never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
 //! | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does | forbidden, naming the permission |
@@ -38,8 +38,9 @@
 //!
 //! A create the observed set says will be denied (see [`Blocker`]) is never sent: the machine
 //! is *blocked* until the blocker goes away. After a successful write the machine waits for the
-//! cache to show it (or for `echo_timeout`) before deciding again, so a fault-free run sends
-//! exactly one write per drifted Tier. A *correction* (a write that restores a Tier that had been
+//! cache to show it (or for the echo wait) before deciding again, so a fault-free run sends
+//! exactly one write per drifted Tier. Sent again from the basis it replaced, a confirmed write
+//! can only meet itself, so once the cache is seen to lag past the echo wait, the wait doubles. A *correction* (a write that restores a Tier that had been
 //! in sync, by update or re-create) spends a token of a bucket ([`ContestPolicy`]); without a
 //! token the Tier is *contested* and the correction is held off. The contest ends after a quiet
 //! period, on a timer.
@@ -72,7 +73,8 @@ pub struct MachineConfig {
     /// (default 10 s).
     pub not_installed_retry: Duration,
     /// How long to wait for the cache to show a successful write before deciding again on what
-    /// it shows (default 3 s).
+    /// it shows (default 3 s). Once a wait for the cache ends on its timer with the cache
+    /// unchanged, later waits double, up to the backoff cap, for every Tier of the fleet.
     pub echo_timeout: Duration,
     /// How corrections are limited.
     pub contest: ContestPolicy,
@@ -624,6 +626,10 @@ pub struct TierMachine {
     /// Whether the last failed create may have been applied (its answer was lost): a denial of
     /// the retry then most likely concerns the Tier itself, which the cache will show.
     maybe_created: bool,
+    /// How long the next successful write waits for its echo: `echo_timeout` until the cache
+    /// is seen to lag past it, then doubled by each echo that does not come in time, up to the
+    /// backoff cap. A write sent again from the basis it replaced can only meet itself.
+    echo_wait: Duration,
     contest: Contest,
     corrections: u64,
     outcomes: OutcomeCounts,
@@ -636,6 +642,7 @@ impl TierMachine {
     /// A machine for `spec`; `seed` makes its jitter deterministic.
     pub fn new(spec: TierSpec, config: MachineConfig, seed: u64) -> Self {
         let tokens = config.contest.burst;
+        let echo_wait = config.echo_timeout;
         Self {
             spec,
             config,
@@ -650,6 +657,7 @@ impl TierMachine {
             was_in_sync: false,
             written_basis: None,
             maybe_created: false,
+            echo_wait,
             contest: Contest {
                 tokens,
                 refill_from: None,
@@ -741,7 +749,7 @@ impl TierMachine {
                 });
                 self.phase = Phase::AwaitEcho {
                     basis,
-                    deadline: now + self.config.echo_timeout,
+                    deadline: now + self.echo_wait,
                 };
             }
             Err(error) => self.failed(error, basis, generation, kind, now),
@@ -778,7 +786,7 @@ impl TierMachine {
                 let wait = config
                     .backoff
                     .delay(self.attempt, None, unit)
-                    .max(config.echo_timeout)
+                    .max(self.echo_wait)
                     .min(config.backoff.cap);
                 (wait, Wake::TierChange(basis))
             }
@@ -792,7 +800,7 @@ impl TierMachine {
                 let wait = config
                     .denied_backoff
                     .delay(self.attempt, error.retry_after, unit)
-                    .max(config.echo_timeout)
+                    .max(self.echo_wait)
                     .min(config.backoff.cap);
                 (wait, Wake::TierChange(basis))
             }
@@ -1072,8 +1080,22 @@ impl TierMachine {
     /// Moves timed phases whose time has come.
     fn advance_timers(&mut self, now: Instant) {
         let ready = match &self.phase {
-            Phase::AwaitEcho { deadline, .. } => now >= *deadline,
-            Phase::Waiting { until, .. } => now >= *until,
+            Phase::AwaitEcho { deadline, basis } if now >= *deadline => {
+                if *basis == self.fingerprint() {
+                    self.echo_missed();
+                }
+                true
+            }
+            Phase::AwaitEcho { .. } => false,
+            Phase::Waiting { until, wake } if now >= *until => {
+                if let Wake::TierChange(basis) = wake
+                    && *basis == self.fingerprint()
+                {
+                    self.cache_lagged();
+                }
+                true
+            }
+            Phase::Waiting { .. } => false,
             Phase::Hold { until } => {
                 let over = now >= *until;
                 self.contest.hold_served |= over;
@@ -1122,8 +1144,40 @@ impl TierMachine {
         }
     }
 
+    /// The echo deadline passed with the cache still showing the write's basis: the cache lags
+    /// more than `echo_wait` (or lost the event). The write goes out again, as a fallback; the
+    /// next echo gets twice as long, and a denial of a create sent again concerns the Tier the
+    /// first one created, so it waits for the cache as after a lost create.
+    fn echo_missed(&mut self) {
+        self.cache_lagged();
+        self.maybe_created = self.last_write == Some(WriteKind::Create);
+    }
+
+    /// A wait for the cache ended on its timer with the cache unchanged: the cache lags more
+    /// than `echo_wait`, so the next wait for it is twice as long (up to the backoff cap).
+    fn cache_lagged(&mut self) {
+        let cap = self.config.backoff.cap.max(self.config.echo_timeout);
+        self.echo_wait = self.echo_wait.saturating_mul(2).min(cap);
+    }
+
+    /// How long this machine now waits for the cache (see `echo_wait`).
+    pub(crate) fn echo_wait(&self) -> Duration {
+        self.echo_wait
+    }
+
+    /// The cache is shared: another Tier learned it lags by `wait`; wait as long from now on.
+    /// A write still awaiting its echo gets the longer wait too.
+    pub(crate) fn share_echo_wait(&mut self, wait: Duration) {
+        let longer = wait.saturating_sub(self.echo_wait);
+        if let Phase::AwaitEcho { deadline, .. } = &mut self.phase {
+            *deadline += longer;
+        }
+        self.echo_wait = self.echo_wait.max(wait);
+    }
+
     fn converge(&mut self, now: Instant) {
         self.phase = Phase::Converged;
+        self.maybe_created = false;
         self.attempt = 0;
         self.last_error = None;
         self.error_since = None;

@@ -377,3 +377,85 @@ fn a_probe_that_gets_blocked_hands_the_outage_on() {
         TierState::Blocked { .. }
     ));
 }
+
+#[test]
+fn a_missed_echo_lengthens_the_wait_of_every_tier_awaiting_one() {
+    // The cache lags past the echo timeout. The first Tier to miss its echo writes again (a
+    // fallback); the others, whose writes the server also confirmed, wait twice as long for
+    // the one cache instead of meeting their own writes.
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
+    let mut ids = Vec::new();
+    while let Some((id, _)) = fleet.poll_action(t0) {
+        ids.push(id);
+    }
+    assert_eq!(ids.len(), 6);
+    let (first, rest) = ids.split_first().unwrap();
+    fleet.handle_outcome(*first, Ok(()), t0);
+    for id in rest {
+        fleet.handle_outcome(*id, Ok(()), t0 + s);
+    }
+    assert_eq!(fleet.poll_timeout(), Some(t0 + 3 * s), "the echo timeout");
+    fleet.handle_timeout(t0 + 3 * s);
+    let (id, _) = fleet.poll_action(t0 + 3 * s).expect("the fallback write");
+    assert_eq!(id, *first);
+    fleet.handle_outcome(id, Err(WriteError::stale("AlreadyExists")), t0 + 3 * s);
+    assert_eq!(fleet.poll_action(t0 + 3 * s), None);
+    // Their echo timeout (t0 + 4 s) has become t0 + 1 s + 6 s.
+    fleet.handle_timeout(t0 + 4 * s);
+    assert_eq!(fleet.poll_action(t0 + 4 * s), None, "no write meets itself");
+    fleet.handle_timeout(t0 + 7 * s - Duration::from_millis(1));
+    assert_eq!(
+        fleet.poll_action(t0 + 7 * s - Duration::from_millis(1)),
+        None
+    );
+    // The cache shows the writes: every Tier converges without another call.
+    let tiers = DesiredSet::antrea()
+        .tiers()
+        .iter()
+        .zip(1u64..)
+        .map(|(t, rv)| ObservedTier {
+            name: t.name.clone(),
+            priority: t.priority,
+            description: t.description.clone(),
+            resource_version: rv.to_string(),
+        })
+        .collect::<Vec<_>>();
+    fleet.handle_snapshot(&Snapshot::synced(2, tiers), t0 + 5 * s);
+    assert!(fleet.is_converged());
+}
+
+#[test]
+fn a_conflict_does_not_end_an_outage() {
+    // A Conflict comes from storage, before admission: the webhook may still be unreachable,
+    // so the Tiers waiting on the outage keep waiting for the probe.
+    let t0 = Instant::now();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
+    let mut ids = Vec::new();
+    while let Some((id, _)) = fleet.poll_action(t0) {
+        ids.push(id);
+    }
+    let (last, failing) = ids.split_last().unwrap();
+    for id in failing {
+        fleet.handle_outcome(*id, Err(WriteError::transient("webhook unreachable")), t0);
+    }
+    let probe = fleet.probe().expect("an outage");
+    fleet.handle_outcome(*last, Err(WriteError::stale("Conflict")), t0);
+    assert_eq!(fleet.probe(), Some(probe), "the outage goes on");
+    let later = t0 + Duration::from_secs(20);
+    fleet.handle_timeout(later);
+    let (id, _) = fleet.poll_action(later).expect("the probe retries");
+    assert_eq!(id, probe);
+    assert_eq!(fleet.poll_action(later), None, "the others wait for it");
+    fleet.handle_outcome(id, Ok(()), later);
+    assert_eq!(fleet.probe(), None, "an answer past admission ends it");
+    let mut others = 0;
+    while fleet.poll_action(later).is_some() {
+        others += 1;
+    }
+    // The four others that waited on the outage, and the Tier whose Conflict fell back.
+    assert_eq!(others, failing.len());
+}

@@ -924,3 +924,71 @@ fn a_set_change_exactly_at_the_first_backoff_step_wakes_a_not_installed_tier() {
     m.handle_observation(Observed::Absent, 2, t0 + 250 * MS);
     assert_eq!(m.poll_action(t0 + 250 * MS), Some(Action::Create(spec())));
 }
+
+#[test]
+fn a_missed_echo_doubles_the_next_wait_and_a_self_denial_waits_for_the_cache() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    assert_eq!(step(&mut m, t0), Some(Action::Create(spec())));
+    m.handle_outcome(Ok(()), t0);
+    // The cache lags past the echo timeout: the fallback create goes out and meets the Tier
+    // the first one created.
+    let t1 = t0 + 3 * S;
+    assert_eq!(step(&mut m, t1), Some(Action::Create(spec())));
+    let overlap = "admission webhook \"tiervalidator.antrea.io\" denied the request: tier \
+                   baseline priority 253 overlaps with existing Tier";
+    m.handle_outcome(Err(WriteError::denied(overlap)), t1);
+    assert!(
+        !matches!(m.status().state, TierState::Blocked { .. }),
+        "{:?}",
+        m.status().state
+    );
+    // No fast denied retry: it waits for the cache, as long as the cache is known to lag.
+    assert_eq!(m.poll_timeout(), Some(t1 + 6 * S));
+    assert_eq!(step(&mut m, t1 + 6 * S - MS), None);
+    m.handle_observation(present(253, "desc", "5"), 2, t1 + 4 * S);
+    assert!(m.is_converged());
+    assert!(events(&mut m).iter().all(|e| !e.is_warning()));
+    // Someone edits it; the correction's echo now gets twice the echo timeout.
+    let t2 = t1 + 10 * S;
+    m.handle_observation(present(100, "desc", "6"), 3, t2);
+    assert!(matches!(step(&mut m, t2), Some(Action::Update { .. })));
+    m.handle_outcome(Ok(()), t2);
+    assert_eq!(m.poll_timeout(), Some(t2 + 6 * S));
+    assert_eq!(
+        step(&mut m, t2 + 6 * S - MS),
+        None,
+        "no update from a stale basis"
+    );
+}
+
+#[test]
+fn a_stale_fallback_that_finds_the_cache_unchanged_lengthens_the_echo_wait() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Err(WriteError::stale("AlreadyExists")), t0);
+    // The cache shows nothing for 3 s: it lags more than that.
+    let t1 = t0 + 3 * S;
+    assert_eq!(step(&mut m, t1), Some(Action::Create(spec())));
+    m.handle_outcome(Ok(()), t1);
+    assert_eq!(m.poll_timeout(), Some(t1 + 6 * S));
+}
+
+#[test]
+fn an_echo_in_time_keeps_the_echo_wait() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    let _ = step(&mut m, t0);
+    m.handle_outcome(Ok(()), t0);
+    m.handle_observation(present(253, "desc", "5"), 2, t0 + 3 * S - MS);
+    assert!(m.is_converged());
+    let t1 = t0 + 10 * S;
+    m.handle_observation(present(100, "desc", "6"), 3, t1);
+    assert!(matches!(step(&mut m, t1), Some(Action::Update { .. })));
+    m.handle_outcome(Ok(()), t1);
+    assert_eq!(m.poll_timeout(), Some(t1 + 3 * S));
+}
