@@ -30,7 +30,7 @@ bench *args:
 fuzz seconds="60" *targets:
     fuzz/run.sh {{seconds}} {{targets}}
 
-# Exactly what CI runs: fmt, clippy, the tier-core dependency check, the tests, a short
-# simulation and short benchmarks.
+# Exactly what CI runs: fmt, clippy, the tier-core dependency check, the tests, the API docs
+# (warnings as errors), a short simulation and short benchmarks.
 ci:
     bash .ci/run

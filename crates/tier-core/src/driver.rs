@@ -1,4 +1,4 @@
-//! The driver: runs one [`TierMachine`] per desired Tier against the ports.
+//! The driver: runs one [`TierMachine`](crate::TierMachine) per desired Tier against the ports.
 //!
 //! A thin async loop around a [`Fleet`], which holds every decision: it waits for the cache to
 //! sync, hands the fleet every new snapshot, performs the actions it emits concurrently (so one
