@@ -2,7 +2,7 @@
 //! SubjectAccessReview, as controller-runtime's `filters.WithAuthenticationAndAuthorization`.
 //!
 //! RBAC: tierd needs `create` on `tokenreviews.authentication.k8s.io` and
-//! `subjectaccessreviews.authorization.k8s.io` (deploy/rbac.yaml); a scraper needs
+//! `subjectaccessreviews.authorization.k8s.io` (deploy/base/rbac.yaml); a scraper needs
 //! `get` on the non-resource URL `/metrics`.
 
 use async_trait::async_trait;

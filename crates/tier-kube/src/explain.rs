@@ -15,7 +15,7 @@
 //! assert_eq!(
 //!     tier_kube::explain::watch_error(&error),
 //!     "listing Tiers failed: 403 Forbidden: tiers.crd.antrea.io is forbidden; grant tierd's \
-//!      user get, list and watch on tiers.crd.antrea.io (see deploy/rbac.yaml)"
+//!      user get, list and watch on tiers.crd.antrea.io (see deploy/base/rbac.yaml)"
 //! );
 //! ```
 
@@ -88,7 +88,7 @@ pub fn status_words(status: &Status) -> String {
     };
     let hint = match (status.code, status.reason.as_str()) {
         (403, _) | (_, "Forbidden") => {
-            "; grant tierd's user get, list and watch on tiers.crd.antrea.io (see deploy/rbac.yaml)"
+            "; grant tierd's user get, list and watch on tiers.crd.antrea.io (see deploy/base/rbac.yaml)"
         }
         (401, _) | (_, "Unauthorized") => "; check the kubeconfig's credentials or token",
         (404, _) | (_, "NotFound") => {

@@ -551,7 +551,7 @@ async fn contests_clear(running: &[Running], journal: &Journal, driver: &DriverC
                 journal.violation(
                     &r.name,
                     Invariant::ContestNotCleared,
-                    format!("still contested a quiet period after the fight: {still:?}"),
+                    format!("still contested a quiet period after the contest: {still:?}"),
                 );
             }
         }
