@@ -62,6 +62,22 @@ fn drive(fleet: &mut Fleet, world: &mut World, now: Instant) -> Vec<(TierId, Act
     writes
 }
 
+/// Every action `fleet` asks for at `now`, none performed.
+fn take_actions(fleet: &mut Fleet, now: Instant) -> Vec<(TierId, Action)> {
+    std::iter::from_fn(|| fleet.poll_action(now)).collect()
+}
+
+/// A fleet over `world` whose first calls all failed with a 503 at `t0`: an outage.
+fn in_an_outage(world: &World, t0: Instant) -> (Fleet, Vec<(TierId, Action)>) {
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let calls = take_actions(&mut fleet, t0);
+    for (id, _) in &calls {
+        fleet.handle_outcome(*id, Err(WriteError::transient("503")), t0);
+    }
+    (fleet, calls)
+}
+
 fn events(fleet: &mut Fleet) -> Vec<TierEvent> {
     std::iter::from_fn(|| fleet.poll_event()).collect()
 }
@@ -267,10 +283,10 @@ fn tiers_get_different_seeds_and_an_outage_is_probed_by_one_tier() {
     let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
     fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
     // Six creates in flight at once; the server fails them all (503).
-    let mut ids = Vec::new();
-    while let Some((id, _)) = fleet.poll_action(t0) {
-        ids.push(id);
-    }
+    let ids: Vec<TierId> = take_actions(&mut fleet, t0)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(ids.len(), 6);
     for id in ids {
         fleet.handle_outcome(id, Err(WriteError::transient("503")), t0);
@@ -308,10 +324,7 @@ fn tiers_get_different_seeds_and_an_outage_is_probed_by_one_tier() {
     assert_eq!(id, probe);
     fleet.handle_outcome(id, Ok(()), next);
     assert_eq!(fleet.probe(), None);
-    let mut others = 0;
-    while fleet.poll_action(next).is_some() {
-        others += 1;
-    }
+    let others = take_actions(&mut fleet, next).len();
     assert_eq!(others, 5);
 }
 
@@ -319,15 +332,7 @@ fn tiers_get_different_seeds_and_an_outage_is_probed_by_one_tier() {
 fn an_outage_passes_to_another_probe_when_its_probe_converges() {
     let t0 = Instant::now();
     let mut world = World::default();
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
-    fleet.handle_snapshot(&world.snapshot(), t0);
-    let mut ids = Vec::new();
-    while let Some((id, action)) = fleet.poll_action(t0) {
-        ids.push((id, action));
-    }
-    for (id, _) in &ids {
-        fleet.handle_outcome(*id, Err(WriteError::transient("503")), t0);
-    }
+    let (mut fleet, ids) = in_an_outage(&world, t0);
     let probe = fleet.probe().unwrap();
     // Someone else creates the probe's Tier: it converges without a call, and another Tier
     // still retrying takes over as the probe.
@@ -342,10 +347,7 @@ fn an_outage_passes_to_another_probe_when_its_probe_converges() {
     assert_eq!(fleet.poll_action(later), None);
     // Once the server answers, the remaining four go at once.
     fleet.handle_outcome(next, Ok(()), later);
-    let mut writes = 0;
-    while fleet.poll_action(later).is_some() {
-        writes += 1;
-    }
+    let writes = take_actions(&mut fleet, later).len();
     assert_eq!(writes, 4);
     assert_eq!(fleet.probe(), None);
 }
@@ -354,15 +356,7 @@ fn an_outage_passes_to_another_probe_when_its_probe_converges() {
 fn a_probe_that_gets_blocked_hands_the_outage_on() {
     let t0 = Instant::now();
     let mut world = World::default();
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
-    fleet.handle_snapshot(&world.snapshot(), t0);
-    let mut ids = Vec::new();
-    while let Some((id, action)) = fleet.poll_action(t0) {
-        ids.push((id, action));
-    }
-    for (id, _) in &ids {
-        fleet.handle_outcome(*id, Err(WriteError::transient("503")), t0);
-    }
+    let (mut fleet, ids) = in_an_outage(&world, t0);
     let probe = fleet.probe().unwrap();
     // A squatter takes the probe's priority: the probe is blocked, not retrying.
     let (_, action) = ids.iter().find(|(id, _)| *id == probe).unwrap();
@@ -387,10 +381,10 @@ fn a_missed_echo_lengthens_the_wait_of_every_tier_awaiting_one() {
     let s = Duration::from_secs(1);
     let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
     fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
-    let mut ids = Vec::new();
-    while let Some((id, _)) = fleet.poll_action(t0) {
-        ids.push(id);
-    }
+    let ids: Vec<TierId> = take_actions(&mut fleet, t0)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(ids.len(), 6);
     let (first, rest) = ids.split_first().unwrap();
     fleet.handle_outcome(*first, Ok(()), t0);
@@ -434,10 +428,10 @@ fn a_conflict_does_not_end_an_outage() {
     let t0 = Instant::now();
     let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
     fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
-    let mut ids = Vec::new();
-    while let Some((id, _)) = fleet.poll_action(t0) {
-        ids.push(id);
-    }
+    let ids: Vec<TierId> = take_actions(&mut fleet, t0)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let (last, failing) = ids.split_last().unwrap();
     for id in failing {
         fleet.handle_outcome(*id, Err(WriteError::transient("webhook unreachable")), t0);
@@ -452,10 +446,7 @@ fn a_conflict_does_not_end_an_outage() {
     assert_eq!(fleet.poll_action(later), None, "the others wait for it");
     fleet.handle_outcome(id, Ok(()), later);
     assert_eq!(fleet.probe(), None, "an answer past admission ends it");
-    let mut others = 0;
-    while fleet.poll_action(later).is_some() {
-        others += 1;
-    }
+    let others = take_actions(&mut fleet, later).len();
     // The four others that waited on the outage, and the Tier whose Conflict fell back.
     assert_eq!(others, failing.len());
 }
