@@ -174,13 +174,7 @@ async fn two_replicas_share_one_secret_and_the_ca_bundle_verifies_what_they_serv
     );
 
     // A Secret created by one replica was created exactly once.
-    let creates = cluster
-        .server
-        .requests()
-        .records()
-        .iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/secrets") && r.code == Some(201))
-        .count();
+    let creates = cluster.server.requests().count_created("/secrets");
     assert_eq!(creates, 1);
 }
 

@@ -29,6 +29,17 @@ fn webhook_configuration() -> serde_json::Value {
     json!({"metadata": {"name": "tierd"}, "webhooks": [hook("a.tierd.io"), hook("b.tierd.io")]})
 }
 
+/// Stores [`webhook_configuration`] in the test API server.
+fn install_webhook_configuration(store: &tier_testserver::Store) {
+    store
+        .put_object(
+            ObjectKind::ValidatingWebhookConfiguration,
+            "",
+            webhook_configuration(),
+        )
+        .unwrap();
+}
+
 fn decoded(value: &serde_json::Value) -> String {
     let bytes: k8s_openapi::ByteString = serde_json::from_value(value.clone()).unwrap();
     String::from_utf8(bytes.0).unwrap()
@@ -70,28 +81,14 @@ async fn replicas_racing_to_create_end_with_one_secret_they_all_use() {
         decoded(&secrets[0]["data"]["tls.crt"]),
         results[0].0.tls_crt
     );
-    let creates = harness
-        .server
-        .requests()
-        .records()
-        .iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/secrets") && r.code == Some(201))
-        .count();
+    let creates = harness.server.requests().count_created("/secrets");
     assert_eq!(creates, 1, "one create succeeded");
 }
 
 #[tokio::test]
 async fn the_serving_certificate_is_renewed_before_expiry_with_the_same_ca() {
     let harness = common::start(ServerConfig::default()).await;
-    harness
-        .server
-        .store()
-        .put_object(
-            ObjectKind::ValidatingWebhookConfiguration,
-            "",
-            webhook_configuration(),
-        )
-        .unwrap();
+    install_webhook_configuration(&harness.server.store());
     let files = files();
     let now = SystemTime::now();
     let first = certs::reconcile(&harness.client, &config(), &files.cert.0, &files.key.0, now)
@@ -143,13 +140,7 @@ async fn the_serving_certificate_is_renewed_before_expiry_with_the_same_ca() {
 async fn every_webhook_gets_the_ca_and_a_changed_bundle_is_put_back() {
     let harness = common::start(ServerConfig::default()).await;
     let store = harness.server.store();
-    store
-        .put_object(
-            ObjectKind::ValidatingWebhookConfiguration,
-            "",
-            webhook_configuration(),
-        )
-        .unwrap();
+    install_webhook_configuration(&store);
     let files = files();
     let now = SystemTime::now();
     let done = certs::reconcile(&harness.client, &config(), &files.cert.0, &files.key.0, now)
@@ -165,13 +156,7 @@ async fn every_webhook_gets_the_ca_and_a_changed_bundle_is_put_back() {
         );
     }
     // Someone blanks it (a re-apply of webhook.yaml): the next round restores it.
-    store
-        .put_object(
-            ObjectKind::ValidatingWebhookConfiguration,
-            "",
-            webhook_configuration(),
-        )
-        .unwrap();
+    install_webhook_configuration(&store);
     let again = certs::reconcile(&harness.client, &config(), &files.cert.0, &files.key.0, now)
         .await
         .unwrap();
@@ -227,15 +212,7 @@ async fn a_corrupt_secret_is_replaced_and_a_missing_configuration_is_named() {
 #[tokio::test]
 async fn replicas_setting_the_ca_bundle_at_once_both_succeed() {
     let harness = common::start(ServerConfig::default()).await;
-    harness
-        .server
-        .store()
-        .put_object(
-            ObjectKind::ValidatingWebhookConfiguration,
-            "",
-            webhook_configuration(),
-        )
-        .unwrap();
+    install_webhook_configuration(&harness.server.store());
     let ca = certs::generate(&config(), SystemTime::now())
         .unwrap()
         .ca_crt;

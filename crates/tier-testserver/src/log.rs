@@ -86,6 +86,14 @@ impl RequestLog {
             .count()
     }
 
+    /// Number of POSTs to a collection whose path ends in `collection` (e.g. `/secrets`) that
+    /// were answered 201 Created, i.e. the objects created there.
+    pub fn count_created(&self, collection: &str) -> usize {
+        self.count_where(|r| {
+            r.method == "POST" && r.path.ends_with(collection) && r.code == Some(201)
+        })
+    }
+
     /// Number of records satisfying `predicate`.
     pub fn count_where(&self, predicate: impl Fn(&RequestRecord) -> bool) -> usize {
         self.records.iter().filter(|r| predicate(r)).count()
