@@ -48,7 +48,7 @@ pub const LONG_VERSION: &str = env!("TIERD_LONG_VERSION");
 #[derive(Debug, Parser)]
 #[command(name = "tierd", version = LONG_VERSION, about, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// Log format.
+    /// How to log: text lines for people, or one JSON object per line (filter with RUST_LOG).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TIERD_LOG_FORMAT")]
     pub log_format: LogFormat,
 
@@ -116,7 +116,7 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "FILE", env = "TIERD_TIERS")]
     pub tiers: Option<PathBuf>,
 
-    /// The longest one API write may take.
+    /// The longest one API call may take: each Tier write, and `run`'s SelfSubjectReview.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     pub call_timeout: Duration,
 
@@ -234,11 +234,12 @@ pub struct RunArgs {
     #[command(flatten)]
     pub http: HttpArgs,
 
-    /// PEM certificate for TLS (reloaded when it changes); without it the server speaks HTTP.
+    /// PEM certificate chain of the webhook port (and of the metrics port with --metrics-auth),
+    /// reloaded when the file changes; without it every port speaks plain HTTP.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
-    /// PEM private key for TLS.
+    /// PEM private key of --tls-cert, reloaded with it.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
@@ -285,7 +286,8 @@ pub struct SelfSignedArgs {
     )]
     pub self_signed_cert_secret: String,
 
-    /// The Service the webhook is reached through: the certificate is for NAME.NAMESPACE.svc.
+    /// The Service the webhook is reached through: the certificate is for NAME, NAME.NAMESPACE,
+    /// NAME.NAMESPACE.svc and NAME.NAMESPACE.svc.cluster.local.
     #[arg(
         long,
         value_name = "NAME",
@@ -399,7 +401,7 @@ pub enum Output {
 /// Flags of `tierd demo`.
 #[derive(Clone, Debug, Args)]
 pub struct DemoArgs {
-    /// Seed of the initializer's jitter.
+    /// Seed of the initializer's jitter (the same seed tells the same story).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
@@ -538,5 +540,202 @@ mod tests {
             panic!("not plan");
         };
         assert!(args.cluster.feature_gates.rules().cluster_network_policy);
+    }
+}
+
+/// The flag tables of `docs/REFERENCE.md`, rendered from this command line. Each table sits
+/// between `<!-- BEGIN generated: flags NAME -->` and `<!-- END generated: flags NAME -->`, NAME
+/// being `global` or a subcommand; `TIERD_BLESS=1 cargo test -p tier-bin` rewrites them.
+#[cfg(test)]
+mod reference {
+    use std::path::PathBuf;
+
+    use clap::{ArgAction, CommandFactory};
+
+    use super::Cli;
+
+    /// The file holding the tables.
+    fn reference_path() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/REFERENCE.md")
+    }
+
+    /// One table cell: whitespace collapsed, `|` escaped.
+    fn cell(text: &str) -> String {
+        text.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace('|', "\\|")
+    }
+
+    /// The table of `args`: flag, env, default, help.
+    fn table<'a>(args: impl Iterator<Item = &'a clap::Arg>) -> String {
+        let mut out = String::from("| flag | env | default | meaning |\n|---|---|---|---|\n");
+        for arg in args {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" || arg.is_positional() {
+                continue;
+            }
+            let takes_value = !matches!(
+                arg.get_action(),
+                ArgAction::SetTrue | ArgAction::SetFalse | ArgAction::Count
+            );
+            let mut flag = String::new();
+            if let Some(short) = arg.get_short() {
+                flag.push_str(&format!("-{short}, "));
+            }
+            if let Some(long) = arg.get_long() {
+                flag.push_str(&format!("--{long}"));
+            }
+            if takes_value {
+                let values = arg.get_possible_values();
+                if values.is_empty() {
+                    let names = arg
+                        .get_value_names()
+                        .map(|n| n.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "))
+                        .unwrap_or_else(|| id.to_uppercase());
+                    flag.push_str(&format!(" {names}"));
+                } else {
+                    let names: Vec<&str> = values.iter().map(|v| v.get_name()).collect();
+                    flag.push_str(&format!(" {}", names.join("|")));
+                }
+            }
+            let aliases = arg.get_all_aliases().unwrap_or_default();
+            let mut flag = format!("`{}`", cell(&flag).replace("\\|", "|"));
+            if !aliases.is_empty() {
+                let aliases: Vec<String> = aliases.iter().map(|a| format!("`--{a}`")).collect();
+                flag.push_str(&format!(" (alias {})", aliases.join(", ")));
+            }
+            let env = arg
+                .get_env()
+                .map(|e| format!("`{}`", e.to_string_lossy()))
+                .unwrap_or_default();
+            let default = if takes_value {
+                let values: Vec<String> = arg
+                    .get_default_values()
+                    .iter()
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .filter(|v| !v.is_empty())
+                    .collect();
+                if values.is_empty() {
+                    String::new()
+                } else {
+                    format!("`{}`", values.join(","))
+                }
+            } else {
+                String::new()
+            };
+            let help = arg
+                .get_long_help()
+                .or_else(|| arg.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            // Clap drops the full stop of a one-paragraph doc comment; the table keeps it.
+            let mut help = cell(&help);
+            if !help.ends_with('.') {
+                help.push('.');
+            }
+            out.push_str(&format!(
+                "| {} | {env} | {default} | {help} |\n",
+                flag.replace('|', "\\|"),
+            ));
+        }
+        out
+    }
+
+    /// Every generated section: (name, table).
+    fn sections() -> Vec<(String, String)> {
+        let cli = Cli::command();
+        let mut out = vec![(
+            "global".to_owned(),
+            table(cli.get_arguments().filter(|a| a.is_global_set())),
+        )];
+        for sub in cli.get_subcommands() {
+            let own = sub.get_arguments().filter(|a| !a.is_global_set());
+            let rendered = table(own);
+            if rendered.lines().count() > 2 {
+                out.push((sub.get_name().to_owned(), rendered));
+            }
+        }
+        out
+    }
+
+    /// `text` with each section's body replaced, or the names of the missing markers.
+    fn splice(text: &str, sections: &[(String, String)]) -> Result<String, Vec<String>> {
+        let mut text = text.to_owned();
+        let mut missing = Vec::new();
+        for (name, body) in sections {
+            let begin = format!("<!-- BEGIN generated: flags {name} -->\n");
+            let end = format!("<!-- END generated: flags {name} -->");
+            let (Some(start), Some(stop)) = (text.find(&begin), text.find(&end)) else {
+                missing.push(name.clone());
+                continue;
+            };
+            let from = start + begin.len();
+            if stop < from {
+                missing.push(name.clone());
+                continue;
+            }
+            text.replace_range(from..stop, body);
+        }
+        if missing.is_empty() {
+            Ok(text)
+        } else {
+            Err(missing)
+        }
+    }
+
+    #[test]
+    fn the_flag_tables_in_docs_reference_match_the_command_line() {
+        let path = reference_path();
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let spliced = splice(&text, &sections()).unwrap_or_else(|missing| {
+            panic!(
+                "{} lacks the markers of {missing:?}: add `<!-- BEGIN generated: flags NAME -->` \
+                 and `<!-- END generated: flags NAME -->` lines, then run \
+                 `TIERD_BLESS=1 cargo test -p tier-bin`",
+                path.display()
+            )
+        });
+        if std::env::var_os("TIERD_BLESS").is_some_and(|v| v == "1") {
+            std::fs::write(&path, spliced).unwrap();
+            return;
+        }
+        let first = text
+            .lines()
+            .zip(spliced.lines())
+            .find(|(old, new)| old != new)
+            .map(|(old, new)| format!("\n  docs: {old}\n  code: {new}"))
+            .unwrap_or_default();
+        assert!(
+            spliced == text,
+            "the flag tables in {} differ from the command line in cli.rs;{first}\n\
+             run `TIERD_BLESS=1 cargo test -p tier-bin` and commit the result",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn every_flag_is_explained() {
+        for (name, table) in sections() {
+            for row in table.lines().skip(2) {
+                assert!(!row.ends_with("| . |"), "{name}: {row:?} has no help text");
+            }
+        }
+    }
+
+    #[test]
+    fn splicing_replaces_only_between_markers() {
+        let text =
+            "a\n<!-- BEGIN generated: flags x -->\nold\n<!-- END generated: flags x -->\nb\n";
+        let sections = [("x".to_owned(), "new\n".to_owned())];
+        assert_eq!(
+            splice(text, &sections).unwrap(),
+            "a\n<!-- BEGIN generated: flags x -->\nnew\n<!-- END generated: flags x -->\nb\n"
+        );
+        assert_eq!(
+            splice("nothing", &sections).unwrap_err(),
+            vec!["x".to_owned()]
+        );
     }
 }
