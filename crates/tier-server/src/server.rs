@@ -199,22 +199,23 @@ pub struct ServerMetrics {
 }
 
 impl ServerMetrics {
-    /// Registers the metrics in `registry` under the `tierd_` prefix.
+    /// Registers the metrics in `registry` under the `tierd_` prefix (prometheus-client ends
+    /// each help text with a full stop, so the texts here have none).
     pub fn register(&self, registry: &mut Registry) {
         let registry = registry.sub_registry_with_prefix(metrics::PREFIX);
         registry.register(
             "http_connections",
-            "Connections open now.",
+            "Connections open now",
             self.open.clone(),
         );
         registry.register(
             "http_connections_closed",
-            "Connections the server closed: shed to admit a new one, or past a timeout.",
+            "Connections the server closed: shed to admit a new one, or past a timeout",
             self.closed.clone(),
         );
         registry.register(
             "tls_handshake_failures",
-            "TLS handshakes that failed, timed out or were shed.",
+            "TLS handshakes that failed, timed out or were shed",
             self.handshake_failures.clone(),
         );
     }
