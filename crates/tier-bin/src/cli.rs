@@ -121,7 +121,8 @@ pub struct ClusterArgs {
     pub call_timeout: Duration,
 
     /// Antrea feature gates, as Antrea is configured: comma-separated `Name=bool`
-    /// (`ClusterNetworkPolicy=true` reserves priority 220 for new Tiers). Default: all off.
+    /// (`ClusterNetworkPolicy=true` reserves priority 220 for new Tiers). Default: all off; an
+    /// unknown gate is invalid input (exit 2).
     #[arg(
         long,
         value_name = "NAME=BOOL,...",

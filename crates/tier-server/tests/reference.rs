@@ -57,7 +57,9 @@ async fn reloader() -> Arc<CertReloader> {
     let files = CertFiles::new(dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&files.cert, certified.cert.pem()).unwrap();
     std::fs::write(&files.key, certified.signing_key.serialize_pem()).unwrap();
-    CertReloader::load(files).await.unwrap()
+    let reloader = CertReloader::load(files).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    reloader
 }
 
 fn scrape(registry: &Registry) -> String {
