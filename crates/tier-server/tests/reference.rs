@@ -1,9 +1,10 @@
 //! The metric list of `docs/REFERENCE.md` is rendered from the live registry, registered as
 //! `tierd run` registers it (the Tier collector, the connection metrics, the certificate expiry),
 //! after traffic that gives every family a sample: a Tier that converged, a shed connection and
-//! a failed TLS handshake. The table sits between `<!-- BEGIN generated: metrics -->` and
-//! `<!-- END generated: metrics -->`; `TIERD_BLESS=1 cargo test -p tier-server --test reference`
-//! rewrites it.
+//! a failed TLS handshake. The readiness table is rendered from `Readiness::standard` and the
+//! checks each webhook operation declares. Each table sits between
+//! `<!-- BEGIN generated: NAME -->` and `<!-- END generated: NAME -->` (NAME: `metrics`,
+//! `readiness`); `TIERD_BLESS=1 cargo test -p tier-server --test reference` rewrites them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -13,16 +14,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use kube_core::admission::Operation;
 use prometheus_client::registry::Registry;
-use tier_core::{OutcomeCounts, Status, TierState, TierStatus};
+use tier_core::{FixedLister, OutcomeCounts, Status, TierState, TierStatus};
+use tier_server::readiness::{
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SHUTDOWN, SYSTEM_TIERS, TIER_CACHE_SYNCED,
+};
 use tier_server::tls::CertFiles;
-use tier_server::{CertReloader, Limits, Server, ServerMetrics, metrics};
+use tier_server::{
+    CertReloader, CheckKind, Limits, Readiness, Server, ServerMetrics, Shutdown, Webhook, metrics,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-
-const BEGIN: &str = "<!-- BEGIN generated: metrics -->\n";
-const END: &str = "<!-- END generated: metrics -->";
 
 fn reference_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/REFERENCE.md")
@@ -207,29 +211,94 @@ fn table(text: &str) -> String {
     out
 }
 
-fn splice(text: &str, body: &str) -> Option<String> {
-    let from = text.find(BEGIN)? + BEGIN.len();
-    let to = text.find(END)?;
+/// What each check means; a check without a row here fails the test.
+fn passes_when(name: &str) -> &'static str {
+    match name {
+        TIER_CACHE_SYNCED => {
+            "the Tier cache completed its first list; until then the reason carries the watch's \
+             last error (a missing CRD, RBAC)"
+        }
+        SHUTDOWN => "no SIGTERM/SIGINT yet: it fails the moment one arrives",
+        SYSTEM_TIERS => {
+            "every desired Tier converged at least once (latched); until then the reason names \
+             each Tier not converged and why"
+        }
+        ACNP_CACHE_SYNCED => {
+            "the Antrea ClusterNetworkPolicy cache listed, or found its CRD not installed"
+        }
+        ANNP_CACHE_SYNCED => {
+            "the Antrea NetworkPolicy cache listed, or found its CRD not installed"
+        }
+        other => panic!("describe the readiness check {other:?} in passes_when"),
+    }
+}
+
+/// The readiness table: every check of `Readiness::standard` and every check a webhook
+/// operation declares.
+fn readiness_table() -> String {
+    let (_tx, status) = tokio::sync::watch::channel(Status::default());
+    let standard = Readiness::standard(
+        status,
+        CacheSynced::new(Arc::new(FixedLister::default())),
+        &Shutdown::new(),
+    );
+    let operations = [Operation::Create, Operation::Update, Operation::Delete];
+    let mut names: Vec<String> = standard.names();
+    for operation in &operations {
+        for name in Webhook::requires(operation) {
+            if !names.iter().any(|n| n == name) {
+                names.push((*name).to_owned());
+            }
+        }
+    }
+    let mut out = String::from(
+        "| check | in `Readiness::standard` | the webhook needs it for | passes when |\n\
+         |---|---|---|---|\n",
+    );
+    for name in names {
+        let kind = match standard.kind(&name) {
+            Some(CheckKind::Required) => "required",
+            Some(CheckKind::Informational) => "informational",
+            None => "no: registered by whoever starts the cache",
+        };
+        let needed: Vec<String> = operations
+            .iter()
+            .filter(|op| Webhook::requires(op).contains(&name.as_str()))
+            .map(|op| format!("{op:?}").to_uppercase())
+            .collect();
+        out.push_str(&format!(
+            "| `{name}` | {kind} | {} | {} |\n",
+            needed.join(", "),
+            passes_when(&name)
+        ));
+    }
+    out
+}
+
+/// `text` with the section `name` replaced by `body`, or `None` without its markers.
+fn splice(text: &str, name: &str, body: &str) -> Option<String> {
+    let begin = format!("<!-- BEGIN generated: {name} -->\n");
+    let end = format!("<!-- END generated: {name} -->");
+    let from = text.find(&begin)? + begin.len();
+    let to = text.find(&end)?;
     (from <= to).then(|| format!("{}{body}{}", &text[..from], &text[to..]))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_metric_list_in_docs_reference_matches_the_live_registry() {
-    let (registry, stops) = live_registry().await;
-    let rendered = table(&scrape(&registry));
-    for stop in stops {
-        let _ = stop.send(());
-    }
+/// Compares the sections with `docs/REFERENCE.md`, or rewrites them with `TIERD_BLESS=1`.
+fn check_or_bless(sections: &[(&str, String)]) {
     let path = reference_path();
     let text = std::fs::read_to_string(&path).unwrap();
-    let spliced = splice(&text, &rendered).unwrap_or_else(|| {
-        panic!(
-            "{} lacks the lines `{}` and `{END}`; add them, then run \
-             `TIERD_BLESS=1 cargo test -p tier-server --test reference`",
-            path.display(),
-            BEGIN.trim_end()
-        )
-    });
+    let mut spliced = text.clone();
+    for (name, body) in sections {
+        spliced = splice(&spliced, name, body).unwrap_or_else(|| {
+            panic!(
+                "{} lacks the lines `<!-- BEGIN generated: {name} -->` and \
+                 `<!-- END generated: {name} -->`; add them, then run \
+                 `TIERD_BLESS=1 cargo test -p tier-server --test reference`",
+                path.display()
+            )
+        });
+    }
     if std::env::var_os("TIERD_BLESS").is_some_and(|v| v == "1") {
         std::fs::write(&path, spliced).unwrap();
         return;
@@ -242,10 +311,21 @@ async fn the_metric_list_in_docs_reference_matches_the_live_registry() {
         .unwrap_or_default();
     assert!(
         spliced == text,
-        "the metric list in {} differs from the registry;{first}\n\
+        "{} differs from the code;{first}\n\
          run `TIERD_BLESS=1 cargo test -p tier-server --test reference` and commit the result",
         path.display()
     );
+}
+
+/// One test for both sections, so that blessing writes the file once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metric_list_and_readiness_checks_in_docs_reference_match_the_code() {
+    let (registry, stops) = live_registry().await;
+    let metrics = table(&scrape(&registry));
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    check_or_bless(&[("metrics", metrics), ("readiness", readiness_table())]);
 }
 
 #[test]
