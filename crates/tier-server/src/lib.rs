@@ -25,9 +25,11 @@
 //!   webhook, which kube-apiserver reaches only through Ready pods (the second loop; see
 //!   [`health`]).
 //! - No background task updates metrics or checks: both read the latest status when asked.
-//! - A [`Server`] never pauses `accept`: at a connection or handshake cap it sheds the
+//! - A full [`Server`] does not pause `accept`: at a connection or handshake cap it sheds the
 //!   connection that has waited longest without a request, and every connection lives under the
-//!   [`Limits`]' timeouts, so memory is bounded by configuration, not by clients.
+//!   [`Limits`]' timeouts, so memory is bounded by configuration, not by clients. Only an
+//!   `accept` error (such as running out of file descriptors) pauses it: it sheds one waiting
+//!   connection and accepts again 50 ms later.
 //!
 //! ```no_run
 //! # async fn example(
