@@ -19,7 +19,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
