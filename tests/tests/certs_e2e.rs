@@ -1,9 +1,12 @@
-//! `tierd run --self-signed-cert` end to end: two replicas against the test API server share one
-//! Secret, and the caBundle they keep in the ValidatingWebhookConfiguration verifies the
-//! certificate each of them serves, for the Service's name, as kube-apiserver checks it.
+//! `tierd run --self-signed-cert` end to end: two replicas against the test API server fill the
+//! one Secret the install ships empty (creating none), and the caBundle they keep in the
+//! ValidatingWebhookConfiguration verifies the certificate each of them serves, for the
+//! Service's name, as kube-apiserver checks it. A missing Secret is waited for with a clear
+//! error, never a crash.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -78,6 +81,21 @@ async fn get_verified(
     Ok((status, served))
 }
 
+/// The Secret as deploy/components/self-signed-cert ships it: type kubernetes.io/tls, empty.
+fn install_empty_secret(store: &tier_testserver::Store) {
+    store
+        .put_object(
+            ObjectKind::Secret,
+            "kube-system",
+            json!({
+                "metadata": {"name": "tierd-self-signed-cert", "namespace": "kube-system"},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": "", "tls.key": ""},
+            }),
+        )
+        .unwrap();
+}
+
 async fn replica(cluster: &Cluster, dir: &str) -> (Tierd, TempFile, TempFile) {
     let cert = TempFile::new(&format!("{dir}-tls"), "crt");
     let key = TempFile::new(&format!("{dir}-tls"), "key");
@@ -112,6 +130,7 @@ async fn two_replicas_share_one_secret_and_the_ca_bundle_verifies_what_they_serv
             webhook_configuration(),
         )
         .unwrap();
+    install_empty_secret(&store);
 
     let ((a, _a_cert, _a_key), (b, _b_cert, _b_key)) =
         tokio::join!(replica(&cluster, "a"), replica(&cluster, "b"));
@@ -173,9 +192,68 @@ async fn two_replicas_share_one_secret_and_the_ca_bundle_verifies_what_they_serv
             .is_err()
     );
 
-    // A Secret created by one replica was created exactly once.
-    let creates = cluster.server.requests().count_created("/secrets");
-    assert_eq!(creates, 1);
+    // The shipped Secret was filled, never created: tierd has no `create` on Secrets.
+    let posts = cluster
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.contains("/secrets"))
+        .count();
+    assert_eq!(posts, 0);
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_waited_for_with_a_clear_error_and_then_filled() {
+    let cluster = Cluster::antrea().await;
+    let store = cluster.server.store();
+    store
+        .put_object(
+            ObjectKind::ValidatingWebhookConfiguration,
+            "",
+            webhook_configuration(),
+        )
+        .unwrap();
+    // The install is applied only after tierd looked for the Secret a few times.
+    let server = &cluster.server;
+    let secret_reads = || {
+        server
+            .requests()
+            .records()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with("/secrets/tierd-self-signed-cert"))
+            .count()
+    };
+    let apply_later = async {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while secret_reads() < 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("tierd keeps looking for the Secret");
+        install_empty_secret(&store);
+    };
+    let ((tierd, _cert, _key), ()) = tokio::join!(replica(&cluster, "late"), apply_later);
+    tierd.until_ok("/readyz").await;
+    let logs = tierd.logs().join("\n");
+    assert!(
+        logs.contains("Secret kube-system/tierd-self-signed-cert does not exist")
+            && logs.contains("apply the install"),
+        "{logs}"
+    );
+    let secret = store
+        .object(ObjectKind::Secret, "kube-system", "tierd-self-signed-cert")
+        .unwrap();
+    assert!(!decoded(&secret["data"]["ca.crt"]).is_empty());
+    let posts = cluster
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.contains("/secrets"))
+        .count();
+    assert_eq!(posts, 0, "tierd never creates the Secret");
 }
 
 #[tokio::test]
