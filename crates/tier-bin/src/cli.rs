@@ -297,8 +297,9 @@ impl Listen {
 #[derive(Clone, Debug, Args)]
 pub struct SelfSignedArgs {
     /// Sign the serving certificate itself: a CA and a certificate for the Service, kept in a
-    /// Secret (created once, renewed before expiry) and written to --tls-cert/--tls-key; with
-    /// --webhook-configuration, keep that configuration's caBundle equal to the CA.
+    /// Secret (shipped empty by the install, filled once, checked, renewed before expiry) and
+    /// written to --tls-cert/--tls-key; with --webhook-configuration, keep that
+    /// configuration's caBundle equal to the CA.
     #[arg(
         long,
         env = "TIERD_SELF_SIGNED_CERT",
