@@ -195,6 +195,12 @@ async fn a_flood_of_bogus_tokens_costs_a_bounded_rate_and_the_scraper_keeps_its_
         "{refused_by_limit} of {flood}"
     );
     assert_eq!(scrapes, 12);
+    eprintln!(
+        "{flood} bogus requests in {seconds} s: {bogus_reviews} reviews (bound {bound}), \
+         {refused_by_limit} answered 429 without a review; the scraper: {scrapes} scrapes, \
+         {} reviews",
+        authorizer.calls("scraper")
+    );
     assert!(
         authorizer.calls("scraper") <= 4,
         "one review per expiry: {}",
