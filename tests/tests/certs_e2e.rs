@@ -291,3 +291,98 @@ async fn without_permission_to_read_the_secret_tierd_exits_saying_what_is_missin
         done.stderr
     );
 }
+
+#[tokio::test]
+async fn beside_antrea_tierd_serves_probes_and_metrics_with_its_certificate_and_no_webhook_port() {
+    use tokio::io::AsyncBufReadExt;
+
+    let cluster = Cluster::antrea().await;
+    install_empty_secret(&cluster.server.store());
+    let cert = TempFile::new("beside-tls", "crt");
+    let key = TempFile::new("beside-tls", "key");
+    // The overlay's command line: --webhook-listen= (empty) and no webhook configuration.
+    let mut child = tokio::process::Command::new(tier_tests::tierd_binary())
+        .args(["run", "--webhook-listen="])
+        .args(["--probe-listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0", "--metrics-auth"])
+        .args([
+            "--log-format",
+            "json",
+            "--controller-user",
+            tier_tests::USER,
+        ])
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig.0)
+        .args([
+            "--self-signed-cert",
+            "--self-signed-cert-namespace",
+            "kube-system",
+        ])
+        .arg("--tls-cert")
+        .arg(&cert.0)
+        .arg("--tls-key")
+        .arg(&key.0)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut servers = std::collections::BTreeMap::new();
+    let mut seen = Vec::new();
+    tokio::time::timeout(tier_tests::PATIENCE, async {
+        while servers.len() < 2 {
+            let line = lines.next_line().await.unwrap().expect("tierd exited");
+            if let Ok(json) = serde_json::from_str::<Value>(&line) {
+                let fields = &json["fields"];
+                if fields["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("serving"))
+                {
+                    servers.insert(
+                        fields["server"].as_str().unwrap().to_owned(),
+                        fields["addr"].as_str().unwrap().to_owned(),
+                    );
+                }
+            }
+            seen.push(line);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("tierd did not serve probes and metrics: {seen:#?}"));
+    assert_eq!(
+        servers.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["metrics", "probes"],
+        "{seen:#?}"
+    );
+    let probes = &servers["probes"];
+    let ready = tokio::time::timeout(tier_tests::PATIENCE, async {
+        loop {
+            let (code, body) = tier_tests::get(&format!("http://{probes}/readyz"), None).await;
+            if code == 200 {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("tierd becomes ready without a webhook port");
+    assert!(ready.contains("ok"), "{ready}");
+    // Still nothing serves a webhook, and the certificate tierd signed is in place for metrics.
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await
+    {
+        seen.push(line);
+    }
+    assert!(
+        !seen.iter().any(|l| l.contains("\"server\":\"webhook\"")),
+        "{seen:#?}"
+    );
+    assert!(
+        std::fs::read_to_string(&cert.0)
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----")
+    );
+    child.kill().await.unwrap();
+}
