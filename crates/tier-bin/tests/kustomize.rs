@@ -252,7 +252,7 @@ fn ca_bundle_only_policy(docs: &[Value]) {
         .collect();
     assert!(!validations.contains("caBundle"), "{validations}");
     for field in [
-        "variables.new.size() == variables.old.size()",
+        "variables.after.size() == variables.before.size()",
         "o.name == w.name",
         "o.?admissionReviewVersions == w.?admissionReviewVersions",
         "o.clientConfig.?service == w.clientConfig.?service",
