@@ -1,9 +1,12 @@
-//! `tierd run --self-signed-cert` end to end: two replicas against the test API server share one
-//! Secret, and the caBundle they keep in the ValidatingWebhookConfiguration verifies the
-//! certificate each of them serves, for the Service's name, as kube-apiserver checks it.
+//! `tierd run --self-signed-cert` end to end: two replicas against the test API server fill the
+//! one Secret the install ships empty (creating none), and the caBundle they keep in the
+//! ValidatingWebhookConfiguration verifies the certificate each of them serves, for the
+//! Service's name, as kube-apiserver checks it. A missing Secret is waited for with a clear
+//! error, never a crash.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -78,6 +81,21 @@ async fn get_verified(
     Ok((status, served))
 }
 
+/// The Secret as deploy/components/self-signed-cert ships it: type kubernetes.io/tls, empty.
+fn install_empty_secret(store: &tier_testserver::Store) {
+    store
+        .put_object(
+            ObjectKind::Secret,
+            "kube-system",
+            json!({
+                "metadata": {"name": "tierd-self-signed-cert", "namespace": "kube-system"},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": "", "tls.key": ""},
+            }),
+        )
+        .unwrap();
+}
+
 async fn replica(cluster: &Cluster, dir: &str) -> (Tierd, TempFile, TempFile) {
     let cert = TempFile::new(&format!("{dir}-tls"), "crt");
     let key = TempFile::new(&format!("{dir}-tls"), "key");
@@ -112,6 +130,7 @@ async fn two_replicas_share_one_secret_and_the_ca_bundle_verifies_what_they_serv
             webhook_configuration(),
         )
         .unwrap();
+    install_empty_secret(&store);
 
     let ((a, _a_cert, _a_key), (b, _b_cert, _b_key)) =
         tokio::join!(replica(&cluster, "a"), replica(&cluster, "b"));
@@ -173,9 +192,68 @@ async fn two_replicas_share_one_secret_and_the_ca_bundle_verifies_what_they_serv
             .is_err()
     );
 
-    // A Secret created by one replica was created exactly once.
-    let creates = cluster.server.requests().count_created("/secrets");
-    assert_eq!(creates, 1);
+    // The shipped Secret was filled, never created: tierd has no `create` on Secrets.
+    let posts = cluster
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.contains("/secrets"))
+        .count();
+    assert_eq!(posts, 0);
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_waited_for_with_a_clear_error_and_then_filled() {
+    let cluster = Cluster::antrea().await;
+    let store = cluster.server.store();
+    store
+        .put_object(
+            ObjectKind::ValidatingWebhookConfiguration,
+            "",
+            webhook_configuration(),
+        )
+        .unwrap();
+    // The install is applied only after tierd looked for the Secret a few times.
+    let server = &cluster.server;
+    let secret_reads = || {
+        server
+            .requests()
+            .records()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with("/secrets/tierd-self-signed-cert"))
+            .count()
+    };
+    let apply_later = async {
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while secret_reads() < 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("tierd keeps looking for the Secret");
+        install_empty_secret(&store);
+    };
+    let ((tierd, _cert, _key), ()) = tokio::join!(replica(&cluster, "late"), apply_later);
+    tierd.until_ok("/readyz").await;
+    let logs = tierd.logs().join("\n");
+    assert!(
+        logs.contains("Secret kube-system/tierd-self-signed-cert does not exist")
+            && logs.contains("apply the install"),
+        "{logs}"
+    );
+    let secret = store
+        .object(ObjectKind::Secret, "kube-system", "tierd-self-signed-cert")
+        .unwrap();
+    assert!(!decoded(&secret["data"]["ca.crt"]).is_empty());
+    let posts = cluster
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.contains("/secrets"))
+        .count();
+    assert_eq!(posts, 0, "tierd never creates the Secret");
 }
 
 #[tokio::test]
@@ -212,4 +290,99 @@ async fn without_permission_to_read_the_secret_tierd_exits_saying_what_is_missin
         "{}",
         done.stderr
     );
+}
+
+#[tokio::test]
+async fn beside_antrea_tierd_serves_probes_and_metrics_with_its_certificate_and_no_webhook_port() {
+    use tokio::io::AsyncBufReadExt;
+
+    let cluster = Cluster::antrea().await;
+    install_empty_secret(&cluster.server.store());
+    let cert = TempFile::new("beside-tls", "crt");
+    let key = TempFile::new("beside-tls", "key");
+    // The overlay's command line: --webhook-listen= (empty) and no webhook configuration.
+    let mut child = tokio::process::Command::new(tier_tests::tierd_binary())
+        .args(["run", "--webhook-listen="])
+        .args(["--probe-listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0", "--metrics-auth"])
+        .args([
+            "--log-format",
+            "json",
+            "--controller-user",
+            tier_tests::USER,
+        ])
+        .arg("--kubeconfig")
+        .arg(&cluster.kubeconfig.0)
+        .args([
+            "--self-signed-cert",
+            "--self-signed-cert-namespace",
+            "kube-system",
+        ])
+        .arg("--tls-cert")
+        .arg(&cert.0)
+        .arg("--tls-key")
+        .arg(&key.0)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut servers = std::collections::BTreeMap::new();
+    let mut seen = Vec::new();
+    tokio::time::timeout(tier_tests::PATIENCE, async {
+        while servers.len() < 2 {
+            let line = lines.next_line().await.unwrap().expect("tierd exited");
+            if let Ok(json) = serde_json::from_str::<Value>(&line) {
+                let fields = &json["fields"];
+                if fields["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("serving"))
+                {
+                    servers.insert(
+                        fields["server"].as_str().unwrap().to_owned(),
+                        fields["addr"].as_str().unwrap().to_owned(),
+                    );
+                }
+            }
+            seen.push(line);
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("tierd did not serve probes and metrics: {seen:#?}"));
+    assert_eq!(
+        servers.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["metrics", "probes"],
+        "{seen:#?}"
+    );
+    let probes = &servers["probes"];
+    let ready = tokio::time::timeout(tier_tests::PATIENCE, async {
+        loop {
+            let (code, body) = tier_tests::get(&format!("http://{probes}/readyz"), None).await;
+            if code == 200 {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("tierd becomes ready without a webhook port");
+    assert!(ready.contains("ok"), "{ready}");
+    // Still nothing serves a webhook, and the certificate tierd signed is in place for metrics.
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_millis(200), lines.next_line()).await
+    {
+        seen.push(line);
+    }
+    assert!(
+        !seen.iter().any(|l| l.contains("\"server\":\"webhook\"")),
+        "{seen:#?}"
+    );
+    assert!(
+        std::fs::read_to_string(&cert.0)
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----")
+    );
+    child.kill().await.unwrap();
 }

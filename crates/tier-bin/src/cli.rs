@@ -197,14 +197,17 @@ pub struct RunArgs {
     pub cluster: ClusterArgs,
 
     /// Address of the webhook server (`POST /validate/tier`; TLS when --tls-cert is given).
+    /// Empty (`--webhook-listen ""`): no webhook port at all, for installs where no
+    /// ValidatingWebhookConfiguration calls tierd (beside Antrea).
     #[arg(
         long = "webhook-listen",
         alias = "listen",
         value_name = "ADDR",
         default_value = "0.0.0.0:9443",
+        value_parser = Listen::parse,
         env = "TIERD_WEBHOOK_LISTEN"
     )]
-    pub listen: SocketAddr,
+    pub listen: Listen,
 
     /// Address of the probe server (`/livez`, `/readyz`; plain HTTP, for the kubelet).
     #[arg(
@@ -226,9 +229,14 @@ pub struct RunArgs {
     pub metrics_listen: SocketAddr,
 
     /// Protect /metrics as controller-runtime does: the scraper's bearer token must pass a
-    /// TokenReview, and a SubjectAccessReview for `get /metrics`. Served over TLS when
-    /// --tls-cert is given.
-    #[arg(long, env = "TIERD_METRICS_AUTH")]
+    /// TokenReview, and a SubjectAccessReview for `get /metrics` (results cached, see
+    /// tier_server::auth). Requires --tls-cert: bearer tokens are never accepted over plain
+    /// HTTP.
+    #[arg(
+        long,
+        env = "TIERD_METRICS_AUTH",
+        requires_ifs = [("true", "tls_cert")]
+    )]
     pub metrics_auth: bool,
 
     /// Connection limits of every server.
@@ -265,12 +273,35 @@ pub struct RunArgs {
     pub self_signed: Box<SelfSignedArgs>,
 }
 
+/// A listen address, or none (the empty string): `--webhook-listen ""` turns the port off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listen(pub Option<SocketAddr>);
+
+impl Listen {
+    /// Parses `HOST:PORT`, or the empty string for no listener.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(Self(None));
+        }
+        text.parse().map(|addr| Self(Some(addr))).map_err(|e| {
+            format!("{e}: expected HOST:PORT such as 0.0.0.0:9443, or \"\" for no listener")
+        })
+    }
+
+    /// The port, if listening.
+    pub fn port(self) -> Option<u16> {
+        self.0.map(|addr| addr.port())
+    }
+}
+
 /// `--self-signed-cert` and its names: tierd signs its own webhook certificate.
 #[derive(Clone, Debug, Args)]
 pub struct SelfSignedArgs {
     /// Sign the serving certificate itself: a CA and a certificate for the Service, kept in a
-    /// Secret (created once, renewed before expiry) and written to --tls-cert/--tls-key; with
-    /// --webhook-configuration, keep that configuration's caBundle equal to the CA.
+    /// Secret (shipped empty by the install, filled once, checked, renewed before expiry) and
+    /// written to --tls-cert/--tls-key; with --webhook-configuration, keep that
+    /// configuration's caBundle equal to the CA.
     #[arg(
         long,
         env = "TIERD_SELF_SIGNED_CERT",
@@ -487,7 +518,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run");
         };
-        assert_eq!(args.listen.port(), 9443);
+        assert_eq!(args.listen.port(), Some(9443));
         assert_eq!(args.probe_listen.port(), 8081);
         assert!(args.metrics_listen.ip().is_loopback());
         assert!(!args.metrics_auth);
@@ -497,7 +528,42 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run");
         };
-        assert_eq!(args.listen.port(), 1);
+        assert_eq!(args.listen.port(), Some(1));
+    }
+
+    #[test]
+    fn an_empty_webhook_listen_turns_the_webhook_port_off() {
+        let cli = Cli::try_parse_from(["tierd", "run", "--webhook-listen", ""]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args.listen, Listen(None));
+        let cli = Cli::try_parse_from(["tierd", "run", "--webhook-listen="]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args.listen.port(), None);
+        let err = Cli::try_parse_from(["tierd", "run", "--webhook-listen", "nope"]).unwrap_err();
+        assert_eq!(err.exit_code(), i32::from(exit::USAGE));
+        assert!(err.to_string().contains("for no listener"), "{err}");
+    }
+
+    #[test]
+    fn metrics_auth_without_tls_is_refused_with_exit_2() {
+        let err = Cli::try_parse_from(["tierd", "run", "--metrics-auth"]).unwrap_err();
+        assert_eq!(err.exit_code(), i32::from(exit::USAGE));
+        let message = err.to_string();
+        assert!(message.contains("--tls-cert"), "{message}");
+        assert!(
+            Cli::try_parse_from([
+                "tierd",
+                "run",
+                "--metrics-auth",
+                "--tls-cert=/t/tls.crt",
+                "--tls-key=/t/tls.key",
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
@@ -48,6 +48,9 @@ const CERT_POLL: Duration = Duration::from_secs(10);
 
 /// How often `--self-signed-cert` checks the Secret, the files and the caBundle.
 const SELF_SIGNED_POLL: Duration = Duration::from_secs(60);
+
+/// How long `--self-signed-cert` first waits for a missing Secret before looking again.
+const SECRET_RETRY: Duration = Duration::from_secs(2);
 
 /// The longest the server may take to finish requests in flight after a signal.
 const DRAIN_LIMIT: Duration = Duration::from_millis(800);
@@ -121,7 +124,8 @@ pub fn self_signed(args: &RunArgs) -> Option<(SelfSignedConfig, PathBuf, PathBuf
         &flags.namespace,
         &flags.self_signed_cert_secret,
         &flags.self_signed_cert_service,
-    );
+    )
+    .instance(args.pod_name.clone());
     if let Some(name) = flags
         .webhook_configuration
         .as_ref()
@@ -138,7 +142,18 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let (client, writer_client) = commands::clients(&args.cluster).await?;
     let self_signed = self_signed(args);
     if let Some((config, cert, key)) = &self_signed {
-        let done = certs::reconcile(&client, config, cert, key, SystemTime::now()).await?;
+        // A missing Secret (the install not applied) is waited for, not a crash.
+        let settled = certs::settle(
+            &client,
+            config,
+            cert,
+            key,
+            SECRET_RETRY,
+            signals::shutdown(),
+        );
+        let Some(done) = settled.await? else {
+            return Ok(());
+        };
         tracing::info!(
             secret = %format!("{}/{}", config.namespace, config.secret),
             action = ?done.secret,
@@ -150,7 +165,11 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         (Some(cert), Some(key)) => Some(CertReloader::load(CertFiles::new(cert, key)).await?),
         _ => None,
     };
-    let webhook_listener = tier_server::server::bind(args.listen).await?;
+    // `--webhook-listen ""`: no webhook port (beside Antrea nothing calls it).
+    let webhook_listener = match args.listen.0 {
+        Some(addr) => Some(tier_server::server::bind(addr).await?),
+        None => None,
+    };
     let probe_listener = tier_server::server::bind(args.probe_listen).await?;
     let metrics_listener = tier_server::server::bind(args.metrics_listen).await?;
     if !args.metrics_auth && !args.metrics_listen.ip().is_loopback() {
@@ -248,11 +267,11 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         );
     }
     let mut served = JoinSet::new();
-    for (server, listener) in [
-        (webhook, webhook_listener),
-        (probes, probe_listener),
-        (metrics, metrics_listener),
-    ] {
+    let webhook = webhook_listener.map(|listener| (webhook, listener));
+    for (server, listener) in webhook
+        .into_iter()
+        .chain([(probes, probe_listener), (metrics, metrics_listener)])
+    {
         served.spawn(server.serve(listener, shutdown.drained(Duration::ZERO)));
     }
 

@@ -159,7 +159,11 @@ fn the_deployment_is_probed_hardened_and_runs_a_valid_command_line() {
     // Each named port is the one tierd listens on for it.
     assert_eq!(
         container_port(&container, "webhook"),
-        u64::from(args.listen.port())
+        u64::from(
+            args.listen
+                .port()
+                .expect("the base Deployment listens for the webhook")
+        )
     );
     assert_eq!(
         container_port(&container, "probes"),

@@ -36,6 +36,11 @@ fn documents(text: &str) -> Vec<Value> {
 
 /// `kubectl kustomize dir`, or None (said on stderr) without kubectl.
 fn render(dir: &Path) -> Option<Vec<Value>> {
+    render_text(dir).map(|text| documents(&text))
+}
+
+/// `kubectl kustomize dir` as text, or None (said on stderr) without kubectl.
+fn render_text(dir: &Path) -> Option<String> {
     let Some(kubectl) = kubectl() else {
         eprintln!(
             "no kubectl on PATH: not rendering {}; checking its structure only",
@@ -54,7 +59,7 @@ fn render(dir: &Path) -> Option<Vec<Value>> {
         dir.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    Some(documents(&String::from_utf8(output.stdout).unwrap()))
+    Some(String::from_utf8(output.stdout).unwrap())
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
@@ -113,11 +118,15 @@ fn common_checks(docs: &[Value], namespace: &str) {
     }
     for doc in docs {
         let kind = doc["kind"].as_str().unwrap();
+        // kustomize does not know the admission policies are cluster-scoped and gives them a
+        // namespace, which the API server ignores for cluster-scoped objects.
         let cluster_scoped = [
             "CustomResourceDefinition",
             "ClusterRole",
             "ClusterRoleBinding",
             "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ];
         if !cluster_scoped.contains(&kind) {
             assert_eq!(
@@ -133,23 +142,150 @@ fn common_checks(docs: &[Value], namespace: &str) {
     }
 }
 
-fn self_signed_rbac(docs: &[Value]) {
-    let role = get(docs, "Role", "tierd-self-signed-cert");
-    let rules = role["rules"].as_sequence().unwrap();
-    let named = &rules[0];
-    assert_eq!(named["resources"][0].as_str(), Some("secrets"));
-    assert_eq!(
-        named["resourceNames"][0].as_str(),
-        Some("tierd-self-signed-cert")
-    );
-    assert_eq!(named["verbs"].as_sequence().unwrap().len(), 2);
-    // `create` cannot be limited by name; it is the only verb granted without one.
-    for rule in rules {
-        if rule["resourceNames"].is_null() {
-            assert_eq!(rule["verbs"].as_sequence().unwrap().len(), 1);
-            assert_eq!(rule["verbs"][0].as_str(), Some("create"));
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .map(|v| v.as_str().unwrap())
+        .collect()
+}
+
+/// No Role or ClusterRole of the rendering grants `create` on Secrets, in any shape: a named
+/// verb or `*`, the core group or `*`, `secrets` or `*`, with or without resourceNames
+/// (Kubernetes ignores resourceNames for `create`).
+fn no_create_on_secrets(docs: &[Value]) {
+    for doc in docs {
+        if !matches!(doc["kind"].as_str(), Some("Role" | "ClusterRole")) {
+            continue;
+        }
+        for rule in doc["rules"].as_sequence().into_iter().flatten() {
+            let groups = strings(&rule["apiGroups"]);
+            let resources = strings(&rule["resources"]);
+            let verbs = strings(&rule["verbs"]);
+            let core = groups.iter().any(|g| g.is_empty() || *g == "*");
+            let secrets = resources
+                .iter()
+                .any(|r| *r == "secrets" || *r == "*" || r.starts_with("secrets/"));
+            let create = verbs.iter().any(|v| *v == "create" || *v == "*");
+            assert!(
+                !(core && secrets && create),
+                "{} {:?} grants create on Secrets: {rule:?}",
+                doc["kind"].as_str().unwrap(),
+                doc["metadata"]["name"]
+            );
         }
     }
+}
+
+/// The self-signed certificate's access: `get` and `update` on the one shipped Secret, Events,
+/// nothing else; and the Secret itself shipped empty, of type kubernetes.io/tls.
+fn self_signed_rbac(docs: &[Value]) {
+    no_create_on_secrets(docs);
+    let role = get(docs, "Role", "tierd-self-signed-cert");
+    let rules = role["rules"].as_sequence().unwrap();
+    let secret_rules: Vec<&Value> = rules
+        .iter()
+        .filter(|r| strings(&r["resources"]).contains(&"secrets"))
+        .collect();
+    assert_eq!(secret_rules.len(), 1, "{rules:?}");
+    let named = secret_rules[0];
+    assert_eq!(strings(&named["resourceNames"]), ["tierd-self-signed-cert"]);
+    assert_eq!(strings(&named["verbs"]), ["get", "update"]);
+    for rule in rules {
+        let resources = strings(&rule["resources"]);
+        assert!(
+            resources == ["secrets"] || resources == ["events"],
+            "unexpected rule {rule:?}"
+        );
+    }
+    let secret = get(docs, "Secret", "tierd-self-signed-cert");
+    assert_eq!(secret["type"].as_str(), Some("kubernetes.io/tls"));
+    for (key, value) in secret["data"].as_mapping().unwrap() {
+        assert_eq!(value.as_str(), Some(""), "{key:?} is shipped filled");
+    }
+    assert!(secret["stringData"].is_null());
+    let container = container(docs);
+    assert_eq!(
+        env(container, "TIERD_SELF_SIGNED_CERT_SECRET"),
+        secret["metadata"]["name"].as_str()
+    );
+}
+
+/// The ValidatingAdmissionPolicy and its binding: tierd's service account may change only the
+/// `caBundle` of its own webhook configuration.
+fn ca_bundle_only_policy(docs: &[Value]) {
+    let configuration = find_kind(docs, "ValidatingWebhookConfiguration");
+    let configuration = configuration["metadata"]["name"].as_str().unwrap();
+    let account = find_kind(docs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    let policy = get(docs, "ValidatingAdmissionPolicy", "tierd-webhook-ca-only");
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"].as_str(), Some("Fail"));
+    let rules = spec["matchConstraints"]["resourceRules"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        strings(&rules[0]["apiGroups"]),
+        ["admissionregistration.k8s.io"]
+    );
+    assert_eq!(
+        strings(&rules[0]["resources"]),
+        ["validatingwebhookconfigurations"]
+    );
+    assert_eq!(strings(&rules[0]["operations"]), ["UPDATE"]);
+    assert_eq!(strings(&rules[0]["resourceNames"]), [configuration]);
+    // Only tierd's service account is held to it.
+    let conditions = spec["matchConditions"].as_sequence().unwrap();
+    assert_eq!(conditions.len(), 1);
+    let who = conditions[0]["expression"].as_str().unwrap();
+    assert!(who.contains("'system:serviceaccount:'"), "{who}");
+    assert!(who.contains(&format!("endsWith(':{account}')")), "{who}");
+    // Every webhook field but caBundle is compared, and the metadata people rely on.
+    let validations: String = spec["validations"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v["expression"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!validations.contains("caBundle"), "{validations}");
+    for field in [
+        "variables.after.size() == variables.before.size()",
+        "o.name == w.name",
+        "o.?admissionReviewVersions == w.?admissionReviewVersions",
+        "o.clientConfig.?service == w.clientConfig.?service",
+        "o.clientConfig.?url == w.clientConfig.?url",
+        "o.?failurePolicy == w.?failurePolicy",
+        "o.?matchConditions == w.?matchConditions",
+        "o.?matchPolicy == w.?matchPolicy",
+        "o.?namespaceSelector == w.?namespaceSelector",
+        "o.?objectSelector == w.?objectSelector",
+        "o.?rules == w.?rules",
+        "o.?sideEffects == w.?sideEffects",
+        "o.?timeoutSeconds == w.?timeoutSeconds",
+        "object.metadata.?labels == oldObject.metadata.?labels",
+        "object.metadata.?annotations == oldObject.metadata.?annotations",
+    ] {
+        assert!(
+            validations.contains(field),
+            "{field} not compared: {validations}"
+        );
+    }
+    let binding = get(
+        docs,
+        "ValidatingAdmissionPolicyBinding",
+        "tierd-webhook-ca-only",
+    );
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+}
+
+fn find_kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"].as_str() == Some(kind))
+        .unwrap_or_else(|| panic!("no {kind}"))
 }
 
 #[test]
@@ -184,6 +320,7 @@ fn standalone_installs_the_crd_the_webhook_and_a_self_signed_certificate() {
     );
     assert_eq!(tls["emptyDir"]["medium"].as_str(), Some("Memory"));
     self_signed_rbac(&docs);
+    ca_bundle_only_policy(&docs);
     let webhook_role = get(&docs, "ClusterRole", "tierd-webhook-ca");
     assert_eq!(
         webhook_role["rules"][0]["resourceNames"][0].as_str(),
@@ -205,12 +342,18 @@ fn beside_antrea_installs_no_crd_no_webhook_and_ensures_the_organisations_tiers(
             tier.name
         );
     }
-    let Some(docs) = render(&dir) else {
+    let Some(text) = render_text(&dir) else {
         return;
     };
+    let docs = documents(&text);
     common_checks(&docs, "kube-system");
     let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert!(!kinds.contains("CustomResourceDefinition"), "{kinds:?}");
+    assert!(!kinds.contains("ValidatingAdmissionPolicy"), "{kinds:?}");
+    assert!(
+        !kinds.contains("ValidatingAdmissionPolicyBinding"),
+        "{kinds:?}"
+    );
     assert!(
         !kinds.contains("ValidatingWebhookConfiguration"),
         "{kinds:?}"
@@ -237,6 +380,51 @@ fn beside_antrea_installs_no_crd_no_webhook_and_ensures_the_organisations_tiers(
     let file = Path::new(tiers_path).file_name().unwrap().to_str().unwrap();
     assert_eq!(map["data"][file].as_str(), Some(tiers.as_str()));
     self_signed_rbac(&docs);
+    no_webhook_port(&text, &docs);
+}
+
+/// Beside Antrea nothing calls tierd's webhook: tierd listens for none (`--webhook-listen=`),
+/// its pod declares no webhook port, no Service or NetworkPolicy rule leads to one, and 9443
+/// appears nowhere.
+fn no_webhook_port(text: &str, docs: &[Value]) {
+    assert!(
+        !text.contains("9443"),
+        "9443 in the beside-Antrea shape:\n{text}"
+    );
+    let container = container(docs);
+    let args: Vec<&str> = std::iter::once("tierd")
+        .chain(strings(&container["args"]))
+        .collect();
+    assert!(args.contains(&"--webhook-listen="), "{args:?}");
+    let cli = <Cli as clap::Parser>::try_parse_from(&args).unwrap();
+    let tier_bin::cli::Command::Run(run) = cli.command else {
+        panic!("not run");
+    };
+    assert_eq!(run.listen, tier_bin::cli::Listen(None));
+    for port in container["ports"].as_sequence().into_iter().flatten() {
+        assert_ne!(port["name"].as_str(), Some("webhook"), "{port:?}");
+    }
+    for doc in docs {
+        match doc["kind"].as_str() {
+            Some("Service") => {
+                for port in doc["spec"]["ports"].as_sequence().into_iter().flatten() {
+                    assert_ne!(port["targetPort"].as_str(), Some("webhook"), "{doc:?}");
+                }
+            }
+            Some("NetworkPolicy") => {
+                for rule in doc["spec"]["ingress"].as_sequence().into_iter().flatten() {
+                    for port in rule["ports"].as_sequence().into_iter().flatten() {
+                        assert_ne!(port["port"].as_str(), Some("webhook"), "{doc:?}");
+                    }
+                    assert!(
+                        rule["from"].is_sequence(),
+                        "a rule admitting every source: {rule:?}"
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Not one of Antrea's six system priorities, nor 220 (the upstream admin Tier's).
@@ -267,6 +455,8 @@ fn namespace_and_image_are_the_usual_kustomize_knobs() {
         return;
     };
     common_checks(&docs, "tierd-system");
+    self_signed_rbac(&docs);
+    ca_bundle_only_policy(&docs);
     let container = container(&docs);
     assert_eq!(
         container["image"].as_str(),

@@ -3,17 +3,30 @@
 //!
 //! A CA and a serving certificate for the webhook's Service (`NAME`, `NAME.NS`, `NAME.NS.svc`,
 //! `NAME.NS.svc.cluster.local`) live in one Secret (type `kubernetes.io/tls`; keys `tls.crt`,
-//! `tls.key`, `ca.crt`, `ca.key`) in tierd's namespace. [`reconcile`] is one step, run at start
-//! and then periodically by [`maintain`]:
+//! `tls.key`, `ca.crt`, `ca.key`) in tierd's namespace. The install ships that Secret empty
+//! (`deploy/components/self-signed-cert/secret.yaml`): tierd only reads and updates it, it never
+//! creates Secrets. [`reconcile`] is one step, run at start (through [`settle`], which waits for
+//! a missing Secret) and then periodically by [`maintain`]:
 //!
-//! 1. **The Secret** ([`ensure_secret`]): absent, a fresh CA and certificate are *created*; the
-//!    create is the lock: a replica that loses the race (409 AlreadyExists) reads the winner's
-//!    Secret, so every replica serves the same certificate. Present, it is used as is unless the
-//!    serving certificate expires within [`SelfSignedConfig::renew_before`], names other hosts,
-//!    or does not parse or match its key: then a new serving certificate is signed by the same
-//!    CA (the `caBundle` stays valid) and written with an update on the resourceVersion read
-//!    (409 Conflict: another replica renewed first, use its Secret). A CA that cannot be used is
-//!    replaced with a new one. The CA itself is valid for ten years and is not rotated.
+//! 1. **The Secret** ([`ensure_secret`]): empty (as shipped), a fresh CA and certificate are
+//!    written into it with an update on the resourceVersion read; that update is the lock: a
+//!    replica that loses the race (409 Conflict) reads the winner's Secret, so every replica
+//!    serves the same certificate. Absent, [`CertError::SecretMissing`] says to apply the
+//!    install. Present and filled, it is checked before use ([`check`]), because whoever can
+//!    update that Secret decides whom kube-apiserver trusts as tierd's webhook:
+//!    - each of the four fields holds exactly one PEM block of at most [`MAX_PEM_BYTES`];
+//!    - both keys are EC P-256 or RSA of 2048 to 4096 bits, and each matches its certificate;
+//!    - `ca.crt` is a CA (basicConstraints `CA:TRUE`, keyUsage `keyCertSign`) tierd can sign
+//!      with, not expiring within [`SelfSignedConfig::renew_before`];
+//!    - `tls.crt` chains to `ca.crt` (its signature verified, as a TLS client verifies it),
+//!      names exactly the Service's DNS names, and does not expire within `renew_before`.
+//!
+//!    A bad CA is replaced with a new CA and certificate ([`SecretAction::Replaced`]); a bad
+//!    serving certificate alone is signed again by the same CA, so the `caBundle` stays valid
+//!    ([`SecretAction::Renewed`]). Content found bad (not merely due for renewal) is logged as
+//!    a Warning and reported as a Warning Event on the Secret naming what was wrong. The update
+//!    goes on the resourceVersion read (409 Conflict: another replica renewed first, use its
+//!    Secret). The CA itself is valid for ten years.
 //! 2. **The files** ([`write_files`]): the serving certificate and key are written (atomically:
 //!    a temporary file, then a rename) to the paths tierd's TLS reloader watches, when they
 //!    differ from what the files hold.
@@ -21,9 +34,11 @@
 //!    ValidatingWebhookConfiguration gets the CA as its `caBundle`, with an update on the
 //!    resourceVersion read, only when it differs.
 //!
-//! Time comes in as a value (`now`), so renewal is tested without waiting. RBAC needs `get` and
-//! `update` on the named Secret and webhook configuration, and `create` on Secrets in the
-//! namespace (Kubernetes cannot limit `create` by name): `deploy/components/self-signed-cert`.
+//! Time comes in as a value (`now`), so renewal is tested without waiting. RBAC needs only
+//! `get` and `update` on the named Secret and webhook configuration, and `create`/`patch` on
+//! Events in tierd's namespace: `deploy/components/self-signed-cert`, whose
+//! ValidatingAdmissionPolicy further lets tierd change nothing of its webhook configuration but
+//! `caBundle`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,16 +48,21 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use time::OffsetDateTime;
+use x509_parser::certificate::X509Certificate;
+use x509_parser::public_key::PublicKey;
 
 /// Secret key of the serving certificate (PEM).
 pub const TLS_CRT: &str = "tls.crt";
@@ -52,6 +72,17 @@ pub const TLS_KEY: &str = "tls.key";
 pub const CA_CRT: &str = "ca.crt";
 /// Secret key of the CA's private key (PEM).
 pub const CA_KEY: &str = "ca.key";
+
+/// The most bytes each of the Secret's four PEM fields may hold (a P-256 or RSA-4096
+/// certificate or key is a few KiB).
+pub const MAX_PEM_BYTES: usize = 16 * 1024;
+
+/// The largest RSA key accepted, in bits (a bigger one makes every TLS handshake slow: an
+/// RSA-8192 key allows about 44 handshakes per second).
+pub const MAX_RSA_BITS: usize = 4096;
+
+/// The smallest RSA key accepted, in bits.
+pub const MIN_RSA_BITS: usize = 2048;
 
 /// Where the certificates live and for whom they are; see the [module docs](self).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +101,8 @@ pub struct SelfSignedConfig {
     pub renew_before: Duration,
     /// How long the CA is valid (default ten years).
     pub ca_validity: Duration,
+    /// The reporting instance (the pod name) of the Events about the Secret.
+    pub instance: Option<String>,
 }
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
@@ -90,7 +123,15 @@ impl SelfSignedConfig {
             validity: 365 * DAY,
             renew_before: 90 * DAY,
             ca_validity: 10 * 365 * DAY,
+            instance: None,
         }
+    }
+
+    /// Report Events about the Secret as `instance` (usually the pod name).
+    #[must_use]
+    pub fn instance(mut self, instance: Option<String>) -> Self {
+        self.instance = instance;
+        self
     }
 
     /// Also keep the `caBundle` of the ValidatingWebhookConfiguration `name`.
@@ -121,7 +162,7 @@ pub enum CertError {
          allows it (deploy/components/self-signed-cert/rbac.yaml)"
     )]
     Api {
-        /// What tierd tried: `get`, `create`, `update`.
+        /// What tierd tried: `get` or `update`.
         verb: &'static str,
         /// The object, e.g. `Secret kube-system/tierd-self-signed-cert`.
         object: String,
@@ -129,6 +170,14 @@ pub enum CertError {
         #[source]
         source: kube::Error,
     },
+    /// The Secret does not exist. tierd never creates Secrets (it has no `create` on them):
+    /// the install ships it empty.
+    #[error(
+        "{0} does not exist; tierd does not create it (it has no `create` on Secrets): apply the \
+         install (`kubectl apply -k deploy/`, whose components/self-signed-cert ships the Secret \
+         empty) and tierd fills it; retrying"
+    )]
+    SecretMissing(String),
     /// Other replicas kept changing the object while this one tried to settle it.
     #[error("{0} kept changing under tierd; retrying on the next round")]
     Contended(String),
@@ -171,10 +220,10 @@ impl std::fmt::Debug for CertBundle {
 /// What [`ensure_secret`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SecretAction {
-    /// The Secret was valid and is used as is (possibly created by another replica).
+    /// The Secret was valid and is used as is (possibly filled by another replica).
     Unchanged,
-    /// This replica created the Secret.
-    Created,
+    /// The Secret was empty (as the install ships it): this replica filled it.
+    Filled,
     /// This replica signed a new serving certificate with the stored CA.
     Renewed,
     /// The stored CA was unusable; this replica replaced the whole Secret's content.
@@ -265,60 +314,227 @@ pub fn generate(config: &SelfSignedConfig, now: SystemTime) -> Result<CertBundle
     })
 }
 
-/// What is wrong with a stored bundle.
-#[derive(Debug, PartialEq, Eq)]
-enum Health {
+/// What [`check`] found in a stored bundle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Every check passed: use it as is.
     Good,
-    /// The serving certificate must be signed again (expiring, wrong names, unusable).
-    RenewServing(String),
-    /// The CA is unusable: start over.
-    ReplaceAll(String),
+    /// All four fields are empty or absent (the Secret as the install ships it): fill it.
+    Empty,
+    /// The serving certificate must be signed again by the stored CA.
+    RenewServing(Problem),
+    /// The CA is unusable: a new CA and serving certificate.
+    ReplaceAll(Problem),
 }
 
-fn check(config: &SelfSignedConfig, bundle: &CertBundle, now: SystemTime) -> Health {
-    let usable_ca = KeyPair::from_pem(&bundle.ca_key)
-        .and_then(|key| Issuer::from_ca_cert_pem(&bundle.ca_crt, key).map(|_| ()));
-    if let Err(e) = usable_ca {
-        return Health::ReplaceAll(format!("the CA cannot be used: {e}"));
-    }
-    match parse_pem(&bundle.ca_crt) {
-        Ok(ca) if ca.not_after <= now + config.renew_before => {
-            return Health::ReplaceAll(format!("the CA expires at {}", offset(ca.not_after)));
+/// Why a stored bundle cannot be used as is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// What is wrong, in words (bounded: at most a few hundred characters).
+    pub reason: String,
+    /// True when the content is bad (someone wrote it, or it is corrupt); false when it is
+    /// merely due (expiring). Bad content is logged as a Warning and reported in an Event.
+    pub bad: bool,
+}
+
+impl Problem {
+    fn bad(reason: impl Into<String>) -> Self {
+        Self {
+            reason: truncated(reason.into(), 400),
+            bad: true,
         }
-        Ok(_) => {}
-        Err(e) => return Health::ReplaceAll(format!("the CA does not parse: {e}")),
     }
-    let serving = match parse_pem(&bundle.tls_crt) {
-        Ok(parsed) => parsed,
-        Err(e) => return Health::RenewServing(format!("the certificate does not parse: {e}")),
-    };
-    if serving.not_after <= now + config.renew_before {
-        return Health::RenewServing(format!(
-            "the certificate expires at {}",
-            offset(serving.not_after)
-        ));
+
+    fn due(reason: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            bad: false,
+        }
     }
-    if serving.dns_names != config.dns_names() {
-        return Health::RenewServing(format!("the certificate is for {:?}", serving.dns_names));
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked when cut.
+fn truncated(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("...");
     }
-    if !key_matches(&bundle.tls_crt, &bundle.tls_key) {
-        return Health::RenewServing("the key does not match the certificate".to_owned());
+    text
+}
+
+/// Checks a stored bundle before use, as listed in the [module docs](self): what to do with it.
+pub fn check(config: &SelfSignedConfig, bundle: &CertBundle, now: SystemTime) -> Health {
+    let fields = [
+        &bundle.ca_crt,
+        &bundle.ca_key,
+        &bundle.tls_crt,
+        &bundle.tls_key,
+    ];
+    if fields.iter().all(|f| f.trim().is_empty()) {
+        return Health::Empty;
+    }
+    if let Err(problem) = check_ca(config, bundle, now) {
+        return Health::ReplaceAll(problem);
+    }
+    if let Err(problem) = check_serving(config, bundle, now) {
+        return Health::RenewServing(problem);
     }
     Health::Good
 }
 
-/// What [`check`] reads from a certificate.
-struct Parsed {
-    not_after: SystemTime,
-    dns_names: Vec<String>,
+/// The DER of the one certificate `pem` (the field `field`) must hold.
+fn one_certificate(field: &str, pem: &str) -> Result<CertificateDer<'static>, Problem> {
+    one_block(field, pem)?;
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .map_err(|e| Problem::bad(format!("{field} holds no PEM certificate: {e}")))
 }
 
-fn parse_pem(pem: &str) -> Result<Parsed, String> {
-    let der = CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| e.to_string())?;
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| e.to_string())?;
+/// `pem` is non-empty, at most [`MAX_PEM_BYTES`] and exactly one PEM block.
+fn one_block(field: &str, pem: &str) -> Result<(), Problem> {
+    if pem.trim().is_empty() {
+        return Err(Problem::bad(format!("{field} is empty")));
+    }
+    if pem.len() > MAX_PEM_BYTES {
+        return Err(Problem::bad(format!(
+            "{field} is {} bytes, more than the {MAX_PEM_BYTES} allowed",
+            pem.len()
+        )));
+    }
+    let blocks = pem.matches("-----BEGIN ").count();
+    if blocks != 1 {
+        return Err(Problem::bad(format!(
+            "{field} holds {blocks} PEM blocks; exactly one is allowed"
+        )));
+    }
+    Ok(())
+}
+
+fn parse<'a>(field: &str, der: &'a [u8]) -> Result<X509Certificate<'a>, Problem> {
+    x509_parser::parse_x509_certificate(der)
+        .map(|(_, cert)| cert)
+        .map_err(|e| Problem::bad(format!("{field} does not parse: {e}")))
+}
+
+/// The certificate's key is EC P-256 or RSA of [`MIN_RSA_BITS`] to [`MAX_RSA_BITS`].
+fn key_kind(field: &str, cert: &X509Certificate<'_>) -> Result<(), Problem> {
+    let spki = cert.public_key();
+    match spki.parsed() {
+        Ok(PublicKey::EC(_)) => {
+            let curve = spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.as_oid().ok());
+            if curve.as_ref() == Some(&x509_parser::oid_registry::OID_EC_P256) {
+                Ok(())
+            } else {
+                Err(Problem::bad(format!(
+                    "{field} has an EC key on a curve other than P-256; EC P-256 or RSA of \
+                     {MIN_RSA_BITS} to {MAX_RSA_BITS} bits is allowed"
+                )))
+            }
+        }
+        Ok(PublicKey::RSA(rsa)) => {
+            let bits = rsa.key_size();
+            if (MIN_RSA_BITS..=MAX_RSA_BITS).contains(&bits) {
+                Ok(())
+            } else {
+                Err(Problem::bad(format!(
+                    "{field} has an RSA key of {bits} bits; {MIN_RSA_BITS} to {MAX_RSA_BITS} \
+                     is allowed (a bigger key slows every TLS handshake)"
+                )))
+            }
+        }
+        _ => Err(Problem::bad(format!(
+            "{field} has a key of type {}; EC P-256 or RSA of {MIN_RSA_BITS} to {MAX_RSA_BITS} \
+             bits is allowed",
+            spki.algorithm.algorithm
+        ))),
+    }
+}
+
+fn not_after(cert: &X509Certificate<'_>) -> SystemTime {
     let seconds = u64::try_from(cert.validity().not_after.timestamp()).unwrap_or_default();
-    let dns_names = match cert.subject_alternative_name() {
-        Ok(Some(san)) => san
+    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+}
+
+fn check_ca(
+    config: &SelfSignedConfig,
+    bundle: &CertBundle,
+    now: SystemTime,
+) -> Result<(), Problem> {
+    let der = one_certificate(CA_CRT, &bundle.ca_crt)?;
+    one_block(CA_KEY, &bundle.ca_key)?;
+    let ca = parse(CA_CRT, &der)?;
+    key_kind(CA_CRT, &ca)?;
+    match ca.basic_constraints() {
+        Ok(Some(constraints)) if constraints.value.ca => {}
+        _ => {
+            return Err(Problem::bad(format!(
+                "{CA_CRT} is not a CA certificate (no basicConstraints CA:TRUE)"
+            )));
+        }
+    }
+    match ca.key_usage() {
+        Ok(Some(usage)) if usage.value.key_cert_sign() => {}
+        _ => {
+            return Err(Problem::bad(format!(
+                "{CA_CRT} may not sign certificates (no keyUsage keyCertSign)"
+            )));
+        }
+    }
+    let expires = not_after(&ca);
+    if expires <= now + config.renew_before {
+        return Err(Problem::due(format!(
+            "the CA expires at {}",
+            offset(expires)
+        )));
+    }
+    if !key_matches(&bundle.ca_crt, &bundle.ca_key) {
+        return Err(Problem::bad(format!("{CA_KEY} does not match {CA_CRT}")));
+    }
+    KeyPair::from_pem(&bundle.ca_key)
+        .and_then(|key| Issuer::from_ca_cert_pem(&bundle.ca_crt, key).map(|_| ()))
+        .map_err(|e| Problem::bad(format!("the CA cannot sign: {e}")))
+}
+
+fn check_serving(
+    config: &SelfSignedConfig,
+    bundle: &CertBundle,
+    now: SystemTime,
+) -> Result<(), Problem> {
+    let der = one_certificate(TLS_CRT, &bundle.tls_crt)?;
+    one_block(TLS_KEY, &bundle.tls_key)?;
+    let leaf = parse(TLS_CRT, &der)?;
+    key_kind(TLS_CRT, &leaf)?;
+    let expires = not_after(&leaf);
+    if expires <= now + config.renew_before {
+        return Err(Problem::due(format!(
+            "the certificate expires at {}",
+            offset(expires)
+        )));
+    }
+    let names = dns_names(&leaf)?;
+    if names != config.dns_names() {
+        return Err(Problem::bad(format!(
+            "{TLS_CRT} is for {names:?}, not for the Service's names {:?}",
+            config.dns_names()
+        )));
+    }
+    chains_to_ca(config, &der, &bundle.ca_crt, now)?;
+    if !key_matches(&bundle.tls_crt, &bundle.tls_key) {
+        return Err(Problem::bad(format!("{TLS_KEY} does not match {TLS_CRT}")));
+    }
+    Ok(())
+}
+
+fn dns_names(cert: &X509Certificate<'_>) -> Result<Vec<String>, Problem> {
+    match cert.subject_alternative_name() {
+        Ok(Some(san)) => Ok(san
             .value
             .general_names
             .iter()
@@ -326,14 +542,46 @@ fn parse_pem(pem: &str) -> Result<Parsed, String> {
                 x509_parser::extensions::GeneralName::DNSName(dns) => Some((*dns).to_owned()),
                 _ => None,
             })
-            .collect(),
-        Ok(None) => Vec::new(),
-        Err(e) => return Err(e.to_string()),
+            .collect()),
+        Ok(None) => Ok(Vec::new()),
+        Err(e) => Err(Problem::bad(format!(
+            "{TLS_CRT}'s subjectAltName does not parse: {e}"
+        ))),
+    }
+}
+
+/// The serving certificate verifies with `ca_pem` alone as its root, for the Service's name
+/// at `now`: what kube-apiserver checks when it calls the webhook.
+fn chains_to_ca(
+    config: &SelfSignedConfig,
+    leaf: &CertificateDer<'_>,
+    ca_pem: &str,
+    now: SystemTime,
+) -> Result<(), Problem> {
+    let not_chained = |e: &dyn std::fmt::Display| {
+        Problem::bad(format!("{TLS_CRT} does not verify with {CA_CRT}: {e}"))
     };
-    Ok(Parsed {
-        not_after: SystemTime::UNIX_EPOCH + Duration::from_secs(seconds),
-        dns_names,
-    })
+    let ca = CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(|e| not_chained(&e))?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).map_err(|e| not_chained(&e))?;
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .map_err(|e| not_chained(&e))?;
+    let host = format!("{}.{}.svc", config.service, config.namespace);
+    let name = ServerName::try_from(host).map_err(|e| not_chained(&e))?;
+    verifier
+        .verify_server_cert(
+            leaf,
+            &[],
+            &name,
+            &[],
+            UnixTime::since_unix_epoch(elapsed(now)),
+        )
+        .map(|_| ())
+        .map_err(|e| not_chained(&e))
 }
 
 fn key_matches(cert_pem: &str, key_pem: &str) -> bool {
@@ -385,13 +633,48 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
 /// How often [`ensure_secret`] re-reads a Secret other replicas keep changing before giving up.
 const ATTEMPTS: usize = 4;
 
-/// Makes the Secret hold a valid bundle (create-if-absent, renew when due) and returns it; see
-/// the [module docs](self).
+/// The longest publishing one Event may take before it is dropped.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Publishes a Warning Event on the Secret saying what was wrong and what tierd did; a failure
+/// is logged and dropped (the Warning log already said it).
+async fn warn_event(client: &Client, config: &SelfSignedConfig, note: String) {
+    let recorder = Recorder::new(
+        client.clone(),
+        crate::events::reporter(config.instance.clone()),
+    );
+    let reference = ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Secret".to_owned()),
+        name: Some(config.secret.clone()),
+        namespace: Some(config.namespace.clone()),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "BadCertificate".to_owned(),
+        // events.k8s.io caps a note at 1 kB.
+        note: Some(truncated(note, 1000)),
+        action: "Renew".to_owned(),
+        secondary: None,
+    };
+    match tokio::time::timeout(EVENT_TIMEOUT, recorder.publish(&event, &reference)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "cannot publish the BadCertificate Event"),
+        Err(_) => tracing::warn!(
+            "publishing the BadCertificate Event took over {EVENT_TIMEOUT:?}; dropped"
+        ),
+    }
+}
+
+/// Makes the Secret hold a valid bundle (fill when empty, check, renew or replace) and returns
+/// it; see the [module docs](self).
 ///
 /// # Errors
 ///
-/// [`CertError::Api`] when a call fails (RBAC, a missing namespace), [`CertError::Contended`]
-/// when other replicas changed the Secret on every attempt.
+/// [`CertError::SecretMissing`] when the Secret does not exist (apply the install),
+/// [`CertError::Api`] when a call fails (RBAC), [`CertError::Contended`] when other replicas
+/// changed the Secret on every attempt.
 pub async fn ensure_secret(
     client: &Client,
     config: &SelfSignedConfig,
@@ -410,47 +693,45 @@ pub async fn ensure_secret(
             .await
             .map_err(|e| api_error("get", e))?;
         let Some(mut secret) = current else {
-            let bundle = generate(config, now)?;
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some(config.secret.clone()),
-                    namespace: Some(config.namespace.clone()),
-                    labels: Some(BTreeMap::from([(
-                        "app.kubernetes.io/name".to_owned(),
-                        config.service.clone(),
-                    )])),
-                    ..ObjectMeta::default()
-                },
-                type_: Some("kubernetes.io/tls".to_owned()),
-                data: Some(data(&bundle)),
-                ..Secret::default()
-            };
-            match api.create(&PostParams::default(), &secret).await {
-                Ok(_) => {
-                    tracing::info!(secret = %object, "created the self-signed CA and serving certificate");
-                    return Ok((bundle, SecretAction::Created));
-                }
-                // Another replica created it first: use theirs.
-                Err(e) if is_status(&e, 409) => continue,
-                Err(e) => return Err(api_error("create", e)),
-            }
+            return Err(CertError::SecretMissing(object));
         };
         let stored = from_secret(&secret);
-        let (bundle, action) = match check(config, &stored, now) {
+        let (bundle, action, bad) = match check(config, &stored, now) {
             Health::Good => return Ok((stored, SecretAction::Unchanged)),
-            Health::RenewServing(why) => {
+            Health::Empty => {
+                tracing::info!(secret = %object, "filling the empty Secret with a new self-signed CA and serving certificate");
+                (generate(config, now)?, SecretAction::Filled, None)
+            }
+            Health::RenewServing(problem) => {
                 let (tls_crt, tls_key) = new_serving(config, &stored.ca_crt, &stored.ca_key, now)?;
-                tracing::info!(secret = %object, reason = %why, "renewing the serving certificate");
+                let bad = problem.bad.then(|| {
+                    format!(
+                        "{object}: {}; tierd signed a new serving certificate with its CA",
+                        problem.reason
+                    )
+                });
+                if bad.is_none() {
+                    tracing::info!(secret = %object, reason = %problem.reason, "renewing the serving certificate");
+                }
                 let bundle = CertBundle {
                     tls_crt,
                     tls_key,
                     ..stored
                 };
-                (bundle, SecretAction::Renewed)
+                (bundle, SecretAction::Renewed, bad)
             }
-            Health::ReplaceAll(why) => {
-                tracing::warn!(secret = %object, reason = %why, "replacing the self-signed CA");
-                (generate(config, now)?, SecretAction::Replaced)
+            Health::ReplaceAll(problem) => {
+                let bad = problem.bad.then(|| {
+                    format!(
+                        "{object}: {}; tierd replaced the CA and the serving certificate (the \
+                         webhook's caBundle follows)",
+                        problem.reason
+                    )
+                });
+                if bad.is_none() {
+                    tracing::info!(secret = %object, reason = %problem.reason, "replacing the self-signed CA");
+                }
+                (generate(config, now)?, SecretAction::Replaced, bad)
             }
         };
         secret.data = Some(data(&bundle));
@@ -459,7 +740,18 @@ pub async fn ensure_secret(
             .replace(&config.secret, &PostParams::default(), &secret)
             .await
         {
-            Ok(_) => return Ok((bundle, action)),
+            Ok(_) => {
+                if let Some(note) = bad {
+                    tracing::warn!(
+                        secret = %object,
+                        problem = %note,
+                        "the self-signed certificate Secret held bad content; whoever can \
+                         update it controls the webhook's trust"
+                    );
+                    warn_event(client, config, note).await;
+                }
+                return Ok((bundle, action));
+            }
             // Another replica changed it since the read: look again.
             Err(e) if is_status(&e, 409) => {}
             Err(e) => return Err(api_error("update", e)),
@@ -575,6 +867,39 @@ pub async fn reconcile(
     })
 }
 
+/// The first [`reconcile`], at start: while the Secret is missing
+/// ([`CertError::SecretMissing`]) it logs the error and tries again, waiting `retry` at first
+/// and doubling up to a minute, until the Secret appears or `shutdown` resolves (then `None`).
+///
+/// # Errors
+///
+/// Any other [`CertError`] of [`reconcile`] (RBAC, a bad webhook configuration name).
+pub async fn settle(
+    client: &Client,
+    config: &SelfSignedConfig,
+    cert: &Path,
+    key: &Path,
+    retry: Duration,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Option<Reconciled>, CertError> {
+    const MAX_WAIT: Duration = Duration::from_secs(60);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut wait = retry.min(MAX_WAIT);
+    loop {
+        match reconcile(client, config, cert, key, SystemTime::now()).await {
+            Err(error @ CertError::SecretMissing(_)) => {
+                tracing::error!(%error, retry_in = ?wait, "cannot serve the webhook yet");
+            }
+            other => return other.map(Some),
+        }
+        tokio::select! {
+            () = &mut shutdown => return Ok(None),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = wait.saturating_mul(2).min(MAX_WAIT);
+    }
+}
+
 /// Runs [`reconcile`] every `interval` (the wall clock's `now`) until `shutdown` resolves,
 /// logging failures; the certificate in service stays until a round succeeds. Spawn it after a
 /// first successful [`reconcile`].
@@ -605,8 +930,6 @@ pub async fn maintain(
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use rustls::client::danger::ServerCertVerifier;
-
     use super::*;
 
     fn config() -> SelfSignedConfig {
@@ -621,7 +944,7 @@ mod tests {
         let due = now + config().validity - config().renew_before + DAY;
         assert!(matches!(
             check(&config(), &bundle, due),
-            Health::RenewServing(why) if why.contains("expires")
+            Health::RenewServing(problem) if problem.reason.contains("expires") && !problem.bad
         ));
     }
 
@@ -641,7 +964,7 @@ mod tests {
         };
         assert_eq!(
             check(&config(), &mixed, now),
-            Health::RenewServing("the key does not match the certificate".into())
+            Health::RenewServing(Problem::bad("tls.key does not match tls.crt"))
         );
     }
 

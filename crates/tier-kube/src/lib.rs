@@ -7,7 +7,8 @@
 //! - [`writer`]: [`KubeWriter`], the [`TierWriter`](tier_core::TierWriter) port (POST to create,
 //!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
 //! - [`certs`]: `--self-signed-cert`: a CA and serving certificate kept in a Secret
-//!   (create-if-absent, renewed before expiry) and in the webhook configuration's `caBundle`.
+//!   (filling the Secret the install ships empty, checked before use, renewed before expiry)
+//!   and in the webhook configuration's `caBundle`.
 //! - [`policies`]: [`PolicyCache`], Antrea ClusterNetworkPolicies and NetworkPolicies indexed
 //!   by raw `spec.tier`, for the webhook's DELETE rule (a missing CRD counts as synced and empty).
 //! - [`classify`]: `kube::Error` and HTTP answers to the core's

@@ -1,5 +1,7 @@
-//! `--self-signed-cert` against the test API server: create-if-absent across replicas, renewal
-//! before expiry, the webhook configuration's caBundle, and errors that name the object.
+//! `--self-signed-cert` against the test API server: filling the Secret the install ships
+//! empty across replicas (never creating one), renewal before expiry, every kind of bad content
+//! found and replaced with a Warning Event, the webhook configuration's caBundle, and errors
+//! that name the object.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -7,7 +9,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
-use tier_kube::certs::{self, CertError, SecretAction, SelfSignedConfig};
+use tier_kube::certs::{self, CertBundle, CertError, Health, SecretAction, SelfSignedConfig};
 use tier_testserver::{ObjectKind, ServerConfig};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -40,6 +42,21 @@ fn install_webhook_configuration(store: &tier_testserver::Store) {
         .unwrap();
 }
 
+/// The Secret as deploy/components/self-signed-cert ships it: type kubernetes.io/tls, empty.
+fn install_empty_secret(store: &tier_testserver::Store) {
+    store
+        .put_object(
+            ObjectKind::Secret,
+            "kube-system",
+            json!({
+                "metadata": {"name": "tierd-self-signed-cert", "namespace": "kube-system"},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": "", "tls.key": ""},
+            }),
+        )
+        .unwrap();
+}
+
 fn decoded(value: &serde_json::Value) -> String {
     let bytes: k8s_openapi::ByteString = serde_json::from_value(value.clone()).unwrap();
     String::from_utf8(bytes.0).unwrap()
@@ -58,8 +75,9 @@ fn files() -> Files {
 }
 
 #[tokio::test]
-async fn replicas_racing_to_create_end_with_one_secret_they_all_use() {
+async fn replicas_racing_to_fill_the_shipped_secret_end_with_one_bundle_they_all_use() {
     let harness = common::start(ServerConfig::default()).await;
+    install_empty_secret(&harness.server.store());
     let now = SystemTime::now();
     let config = config();
     let (a, b, c) = tokio::join!(
@@ -68,11 +86,11 @@ async fn replicas_racing_to_create_end_with_one_secret_they_all_use() {
         certs::ensure_secret(&harness.client, &config, now),
     );
     let results = [a.unwrap(), b.unwrap(), c.unwrap()];
-    let created = results
+    let filled = results
         .iter()
-        .filter(|(_, action)| *action == SecretAction::Created)
+        .filter(|(_, action)| *action == SecretAction::Filled)
         .count();
-    assert_eq!(created, 1, "exactly one replica creates the Secret");
+    assert_eq!(filled, 1, "exactly one replica fills the Secret");
     assert!(results.iter().all(|(bundle, _)| *bundle == results[0].0));
     let secrets = harness.server.store().objects(ObjectKind::Secret);
     assert_eq!(secrets.len(), 1);
@@ -81,20 +99,131 @@ async fn replicas_racing_to_create_end_with_one_secret_they_all_use() {
         decoded(&secrets[0]["data"]["tls.crt"]),
         results[0].0.tls_crt
     );
-    let creates = harness.server.requests().count_created("/secrets");
-    assert_eq!(creates, 1, "one create succeeded");
+    let posts = harness
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.contains("/secrets"))
+        .count();
+    assert_eq!(posts, 0, "tierd never creates a Secret");
+    // Filling the shipped Secret is expected: no Warning Event.
+    assert!(bad_certificate_events(&harness).is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_an_error_saying_to_apply_the_install_and_nothing_is_created() {
+    let harness = common::start(ServerConfig::default()).await;
+    let error = certs::ensure_secret(&harness.client, &config(), SystemTime::now())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CertError::SecretMissing(_)), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains("Secret kube-system/tierd-self-signed-cert does not exist"),
+        "{message}"
+    );
+    assert!(message.contains("apply the install"), "{message}");
+    assert!(
+        harness
+            .server
+            .store()
+            .objects(ObjectKind::Secret)
+            .is_empty()
+    );
+}
+
+/// Waits (bounded) until tierd has read the missing Secret at least `n` times.
+async fn until_secret_reads(harness: &common::Harness, n: usize) {
+    let reads = || {
+        harness
+            .server
+            .requests()
+            .records()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.ends_with("/secrets/tierd-self-signed-cert"))
+            .count()
+    };
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while reads() < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("tierd keeps looking for the Secret");
+}
+
+#[tokio::test]
+async fn settle_waits_for_a_missing_secret_and_stops_on_shutdown() {
+    let harness = common::start(ServerConfig::default()).await;
+    let files = files();
+    let retry = Duration::from_millis(10);
+    // Shutdown while the Secret is still missing: None, not an error.
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let waiting = tokio::spawn({
+        let client = harness.client.clone();
+        let (cert, key) = (files.cert.0.clone(), files.key.0.clone());
+        async move {
+            certs::settle(&client, &config(), &cert, &key, retry, async {
+                let _ = stopped.await;
+            })
+            .await
+        }
+    });
+    until_secret_reads(&harness, 3).await;
+    assert!(!waiting.is_finished(), "still waiting for the Secret");
+    stop.send(()).unwrap();
+    assert!(waiting.await.unwrap().unwrap().is_none());
+
+    // The install applied while tierd waits: it fills the Secret and goes on (here to the
+    // missing webhook configuration, an error that ends the wait).
+    harness.server.clear_log();
+    let waiting = tokio::spawn({
+        let client = harness.client.clone();
+        let (cert, key) = (files.cert.0.clone(), files.key.0.clone());
+        async move {
+            certs::settle(
+                &client,
+                &config(),
+                &cert,
+                &key,
+                retry,
+                std::future::pending(),
+            )
+            .await
+        }
+    });
+    until_secret_reads(&harness, 2).await;
+    let store = harness.server.store();
+    install_empty_secret(&store);
+    let error = waiting.await.unwrap().unwrap_err();
+    assert!(
+        matches!(error, CertError::Api { verb: "get", .. }),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("ValidatingWebhookConfiguration tierd"),
+        "{error}"
+    );
+    let stored = store
+        .object(ObjectKind::Secret, "kube-system", "tierd-self-signed-cert")
+        .unwrap();
+    assert!(decoded(&stored["data"]["ca.crt"]).starts_with("-----BEGIN CERTIFICATE-----"));
 }
 
 #[tokio::test]
 async fn the_serving_certificate_is_renewed_before_expiry_with_the_same_ca() {
     let harness = common::start(ServerConfig::default()).await;
     install_webhook_configuration(&harness.server.store());
+    install_empty_secret(&harness.server.store());
     let files = files();
     let now = SystemTime::now();
     let first = certs::reconcile(&harness.client, &config(), &files.cert.0, &files.key.0, now)
         .await
         .unwrap();
-    assert_eq!(first.secret, SecretAction::Created);
+    assert_eq!(first.secret, SecretAction::Filled);
     assert!(first.files_written && first.ca_bundle_updated);
 
     // A day later nothing is due: no write at all.
@@ -141,6 +270,7 @@ async fn every_webhook_gets_the_ca_and_a_changed_bundle_is_put_back() {
     let harness = common::start(ServerConfig::default()).await;
     let store = harness.server.store();
     install_webhook_configuration(&store);
+    install_empty_secret(&store);
     let files = files();
     let now = SystemTime::now();
     let done = certs::reconcile(&harness.client, &config(), &files.cert.0, &files.key.0, now)
@@ -186,6 +316,12 @@ async fn a_corrupt_secret_is_replaced_and_a_missing_configuration_is_named() {
         .unwrap();
     assert_eq!(action, SecretAction::Replaced);
     assert!(bundle.ca_crt.starts_with("-----BEGIN CERTIFICATE-----"));
+    let events = bad_certificate_events(&harness);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].contains("ca.crt holds 0 PEM blocks"),
+        "{events:?}"
+    );
 
     let files = files();
     let error = certs::reconcile(
@@ -230,4 +366,246 @@ async fn replicas_setting_the_ca_bundle_at_once_both_succeed() {
         .filter(|r| r.method == "PUT" && r.code == Some(409))
         .count();
     assert_eq!(conflicts, 1, "the loser met a Conflict and read again");
+}
+
+/// The notes of the BadCertificate Warning Events about the Secret.
+fn bad_certificate_events(harness: &common::Harness) -> Vec<String> {
+    harness
+        .server
+        .store()
+        .events()
+        .iter()
+        .filter(|e| {
+            e["reason"] == "BadCertificate"
+                && e["type"] == "Warning"
+                && e["regarding"]["kind"] == "Secret"
+                && e["regarding"]["name"] == "tierd-self-signed-cert"
+        })
+        .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Writes `bundle` into the Secret as someone else would.
+fn store_bundle(store: &tier_testserver::Store, bundle: &CertBundle) {
+    let b64 = |text: &str| {
+        serde_json::to_value(k8s_openapi::ByteString(text.as_bytes().to_vec())).unwrap()
+    };
+    store
+        .put_object(
+            ObjectKind::Secret,
+            "kube-system",
+            json!({
+                "metadata": {"name": "tierd-self-signed-cert", "namespace": "kube-system"},
+                "type": "kubernetes.io/tls",
+                "data": {
+                    "ca.crt": b64(&bundle.ca_crt),
+                    "ca.key": b64(&bundle.ca_key),
+                    "tls.crt": b64(&bundle.tls_crt),
+                    "tls.key": b64(&bundle.tls_key),
+                },
+            }),
+        )
+        .unwrap();
+}
+
+/// A good bundle tierd filled, then `tamper`ed content written over it: tierd takes `action`
+/// (a new serving certificate from the same CA, or a new CA), the result is good, and one
+/// Warning Event names `why`.
+async fn tampered(tamper: impl FnOnce(CertBundle) -> CertBundle, action: SecretAction, why: &str) {
+    let harness = common::start(ServerConfig::default()).await;
+    let store = harness.server.store();
+    install_empty_secret(&store);
+    let now = SystemTime::now();
+    let (good, filled) = certs::ensure_secret(&harness.client, &config(), now)
+        .await
+        .unwrap();
+    assert_eq!(filled, SecretAction::Filled);
+    let bad = tamper(good.clone());
+    assert_ne!(certs::check(&config(), &bad, now), Health::Good);
+    store_bundle(&store, &bad);
+    let (fixed, done) = certs::ensure_secret(&harness.client, &config(), now)
+        .await
+        .unwrap();
+    assert_eq!(done, action, "for {why}");
+    assert_eq!(certs::check(&config(), &fixed, now), Health::Good);
+    assert_ne!(fixed.tls_crt, bad.tls_crt);
+    match action {
+        SecretAction::Renewed => assert_eq!(fixed.ca_crt, bad.ca_crt, "the CA is kept"),
+        _ => assert_ne!(fixed.ca_crt, bad.ca_crt, "a new CA"),
+    }
+    let stored = store
+        .object(ObjectKind::Secret, "kube-system", "tierd-self-signed-cert")
+        .unwrap();
+    assert_eq!(decoded(&stored["data"]["tls.crt"]), fixed.tls_crt);
+    let events = bad_certificate_events(&harness);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].contains(why), "{why:?} not in {events:?}");
+    assert!(
+        events[0].contains("Secret kube-system/tierd-self-signed-cert"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_leaf_not_signed_by_the_ca_is_renewed_and_warned() {
+    let foreign = certs::generate(&config(), SystemTime::now()).unwrap();
+    tampered(
+        |good| CertBundle {
+            tls_crt: foreign.tls_crt,
+            tls_key: foreign.tls_key,
+            ..good
+        },
+        SecretAction::Renewed,
+        "tls.crt does not verify with ca.crt",
+    )
+    .await;
+}
+
+/// A "CA" without basicConstraints CA:TRUE (but with keyCertSign) and a leaf it signed.
+fn not_a_ca() -> CertBundle {
+    use rcgen::{CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = params.self_signed(&key).unwrap();
+    let issuer = Issuer::new(params, key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(config().dns_names())
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    CertBundle {
+        ca_crt: ca.pem(),
+        ca_key: issuer.key().serialize_pem(),
+        tls_crt: leaf.pem(),
+        tls_key: leaf_key.serialize_pem(),
+    }
+}
+
+#[tokio::test]
+async fn a_ca_without_ca_true_is_replaced_and_warned() {
+    tampered(
+        |_| not_a_ca(),
+        SecretAction::Replaced,
+        "ca.crt is not a CA certificate (no basicConstraints CA:TRUE)",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_900_kb_chain_is_renewed_and_warned() {
+    tampered(
+        |good| {
+            let mut chain = String::new();
+            while chain.len() < 900_000 {
+                chain.push_str(&good.tls_crt);
+            }
+            CertBundle {
+                tls_crt: chain,
+                ..good
+            }
+        },
+        SecretAction::Renewed,
+        "more than the 16384 allowed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn two_certificates_in_a_field_are_renewed_and_warned() {
+    tampered(
+        |good| CertBundle {
+            tls_crt: format!("{}{}", good.tls_crt, good.ca_crt),
+            ..good
+        },
+        SecretAction::Renewed,
+        "tls.crt holds 2 PEM blocks; exactly one is allowed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_rsa_8192_key_is_renewed_and_warned() {
+    // openssl req -x509 -newkey rsa:8192 ... for the Service's four names (tests/fixtures).
+    let cert = include_str!("fixtures/rsa8192.crt");
+    let key = include_str!("fixtures/rsa8192.key");
+    tampered(
+        |good| CertBundle {
+            tls_crt: cert.to_owned(),
+            tls_key: key.to_owned(),
+            ..good
+        },
+        SecretAction::Renewed,
+        "tls.crt has an RSA key of 8192 bits",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_key_not_matching_its_certificate_is_renewed_and_warned() {
+    let other = certs::generate(&config(), SystemTime::now()).unwrap();
+    tampered(
+        |good| CertBundle {
+            tls_key: other.tls_key,
+            ..good
+        },
+        SecretAction::Renewed,
+        "tls.key does not match tls.crt",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_ca_key_not_matching_the_ca_is_replaced_and_warned() {
+    let other = certs::generate(&config(), SystemTime::now()).unwrap();
+    tampered(
+        |good| CertBundle {
+            ca_key: other.ca_key,
+            ..good
+        },
+        SecretAction::Replaced,
+        "ca.key does not match ca.crt",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_good_secret_is_left_untouched() {
+    let harness = common::start(ServerConfig::default()).await;
+    install_webhook_configuration(&harness.server.store());
+    install_empty_secret(&harness.server.store());
+    let files = files();
+    let now = SystemTime::now();
+    let first = certs::reconcile(&harness.client, &config(), &files.cert.0, &files.key.0, now)
+        .await
+        .unwrap();
+    assert_eq!(first.secret, SecretAction::Filled);
+    harness.server.clear_log();
+    for later in [now, now + DAY, now + 200 * DAY] {
+        let again = certs::reconcile(
+            &harness.client,
+            &config(),
+            &files.cert.0,
+            &files.key.0,
+            later,
+        )
+        .await
+        .unwrap();
+        assert_eq!(again.secret, SecretAction::Unchanged);
+        assert_eq!(again.bundle, first.bundle);
+        assert!(!again.files_written && !again.ca_bundle_updated);
+    }
+    let writes = harness
+        .server
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.method != "GET")
+        .count();
+    assert_eq!(writes, 0, "a good Secret causes no write");
+    assert!(bad_certificate_events(&harness).is_empty());
 }
