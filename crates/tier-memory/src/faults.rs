@@ -458,7 +458,11 @@ mod tests {
             refused.permission.as_deref(),
             Some("update resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope")
         );
-        assert!(refused.message.ends_with(refused.permission.as_deref().unwrap_or("?")));
+        assert!(
+            refused
+                .message
+                .ends_with(refused.permission.as_deref().unwrap_or("?"))
+        );
         faults.clear();
         assert_eq!(faults.pending(), 0);
         assert_eq!(effect(&faults, Verb::Update, "x"), Effect::Proceed);

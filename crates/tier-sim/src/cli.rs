@@ -253,7 +253,10 @@ fn numbers(cli: &Cli, out: &mut String) -> ExitCode {
         .iter()
         .any(|r| r.strategy == Strategy::Tierd && !r.passed());
     if failed {
-        let _ = writeln!(out, "some tierd seeds FAILED: run without --numbers to see which");
+        let _ = writeln!(
+            out,
+            "some tierd seeds FAILED: run without --numbers to see which"
+        );
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -270,7 +273,11 @@ fn issue_15_line(r: &SeedReport) -> String {
         let _ = write!(line, "; longest allowed wait {} ({tier})", secs(*wait));
     }
     if r.forbidden_creates > 0 {
-        let _ = write!(line, "; {} creates while creates were refused", r.forbidden_creates);
+        let _ = write!(
+            line,
+            "; {} creates while creates were refused",
+            r.forbidden_creates
+        );
     }
     line
 }
@@ -341,7 +348,9 @@ fn render_world(cli: &Cli, world: World, out: &mut String) -> ExitCode {
     if world != World::Random {
         let _ = write!(out, "{}", issue_15_summary(&reports));
     }
-    if cli.seed.is_none() && world == World::Random && strategies.iter().any(|s| *s != Strategy::Tierd)
+    if cli.seed.is_none()
+        && world == World::Random
+        && strategies.iter().any(|s| *s != Strategy::Tierd)
     {
         let _ = writeln!(out);
         let _ = write!(out, "{}", comparison_table(&reports));

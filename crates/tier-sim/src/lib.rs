@@ -41,11 +41,11 @@ pub mod baseline;
 pub mod bounds;
 pub mod check;
 pub mod cli;
+mod liveness;
 pub mod report;
 pub mod sabotage;
 pub mod scenario;
 pub mod sim;
-mod liveness;
 mod world;
 pub mod worlds;
 

@@ -110,8 +110,7 @@ impl Liveness {
             if changed {
                 episode.foreign.push_back(now);
             }
-            let blocked =
-                verb == Verb::Create && predict(&self.policy, &want, snapshot).is_some();
+            let blocked = verb == Verb::Create && predict(&self.policy, &want, snapshot).is_some();
             let allowed_from = self.scenario.allowed_from(verb, &want.name);
             episode.since = if blocked {
                 None

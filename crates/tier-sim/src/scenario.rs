@@ -530,7 +530,9 @@ impl Scenario {
             out.push_str(&format!("\n  at {:?}: caches lag {:?}", c.at, c.lag));
         }
         if let Some(name) = &self.pruned {
-            out.push_str(&format!("\n  until quiet: {name} is deleted as soon as it exists"));
+            out.push_str(&format!(
+                "\n  until quiet: {name} is deleted as soon as it exists"
+            ));
         }
         for e in self.adversary.iter().take(50) {
             out.push_str(&format!("\n    at {:?}: {:?}", e.at, e.action));

@@ -25,14 +25,14 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::baseline::{CallTimeout, antrea_new, antrea_old};
+use crate::bounds::fleet_probe_limit;
 use crate::check::{
     CheckingLister, CheckingWriter, Checks, Invariant, Journal, Violation, secs, watch_status,
 };
 use crate::sabotage::{Sabotage, Saboteur};
-use crate::bounds::fleet_probe_limit;
 use crate::scenario::{InitializerPlan, Scenario, TargetedEffect};
-use crate::worlds::World;
 use crate::world::{build_cluster, observe_store, play_world, quiet, store_matches};
+use crate::worlds::World;
 
 /// The initializer a run simulates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]

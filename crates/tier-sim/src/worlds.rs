@@ -81,7 +81,8 @@ impl World {
 /// Draws a scenario of `world` from `seed`.
 pub(crate) fn generate(world: World, seed: u64) -> Scenario {
     // A different stream per family, so that seed n of two families are unrelated worlds.
-    let mut rng = fastrand::Rng::with_seed(seed ^ (world as u64).wrapping_mul(0xA076_1D64_78BD_642F));
+    let mut rng =
+        fastrand::Rng::with_seed(seed ^ (world as u64).wrapping_mul(0xA076_1D64_78BD_642F));
     match world {
         World::Random => Scenario::generate(seed),
         World::FailingTier => starved(&mut rng, seed, world, TargetedEffect::Unavailable),
@@ -299,7 +300,8 @@ fn create_forbidden(rng: &mut fastrand::Rng, seed: u64) -> Scenario {
     let mut s = base(rng, seed, World::CreateForbidden);
     let mut missing = others(rng, "");
     missing.truncate(rng.usize(2..=6));
-    s.start.retain(|t| !missing.iter().any(|m| m.name == t.name));
+    s.start
+        .retain(|t| !missing.iter().any(|m| m.name == t.name));
     s.targeted.push(TargetedFault {
         verb: Verb::Create,
         name: None,
