@@ -129,17 +129,20 @@ impl StrategyArg {
     }
 }
 
-/// The command that replays one seed of `strategy` in `world` (broken by `sabotage`) with its
-/// timeline.
+/// The command that replays one seed of `strategy` in `world` (broken by `sabotage`, with the
+/// issue-15 checks in the random worlds if `issue_15_checks`) with its timeline.
 pub fn replay_command(
     seed: u64,
     strategy: Strategy,
     sabotage: Option<Sabotage>,
     world: World,
+    issue_15_checks: bool,
 ) -> String {
     let mut cmd = format!("cargo run -p tier-sim --release -- --seed {seed} --verbose");
     if world != World::Random {
         let _ = write!(cmd, " --world {}", world.as_str());
+    } else if issue_15_checks {
+        cmd.push_str(" --issue-15-checks");
     }
     if strategy != Strategy::Tierd {
         let _ = write!(cmd, " --strategy {}", strategy.as_str());
@@ -335,7 +338,7 @@ fn render_world(cli: &Cli, world: World, out: &mut String) -> ExitCode {
         let _ = writeln!(
             out,
             "  replay: {}",
-            replay_command(r.seed, r.strategy, cli.sabotage, world)
+            replay_command(r.seed, r.strategy, cli.sabotage, world, cli.issue_15_checks)
         );
     }
     if failed.len() > 20 {

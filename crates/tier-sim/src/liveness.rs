@@ -181,3 +181,133 @@ fn is_fight(foreign: &VecDeque<Duration>, at: Duration) -> bool {
         .count()
         >= HOT_EDITS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{TargetedEffect, TargetedFault};
+    use crate::worlds::World;
+
+    fn tier(name: &str, priority: i64, description: &str, rv: u64) -> ObservedTier {
+        ObservedTier {
+            name: name.to_owned(),
+            priority,
+            description: description.to_owned(),
+            resource_version: rv.to_string(),
+        }
+    }
+
+    /// The six desired Tiers but `without`, plus `extra`.
+    fn store(without: &[&str], extra: &[ObservedTier]) -> Snapshot {
+        let mut tiers: Vec<ObservedTier> = DesiredSet::antrea()
+            .tiers()
+            .iter()
+            .filter(|t| !without.contains(&t.name.as_str()))
+            .map(|t| tier(&t.name, t.priority, &t.description, 1))
+            .collect();
+        tiers.extend(extra.iter().cloned());
+        Snapshot::synced(1, tiers)
+    }
+
+    /// baseline's writes fail until 200 s; nothing else is faulted.
+    fn world() -> Scenario {
+        let mut s = Scenario::issue_6694();
+        s.world = World::FailingTier;
+        s.initializers[0].sync_after = Duration::ZERO;
+        s.quiet_at = Duration::from_secs(200);
+        for verb in [Verb::Create, Verb::Update] {
+            s.targeted.push(TargetedFault {
+                verb,
+                name: Some("baseline".to_owned()),
+                effect: TargetedEffect::Unavailable,
+            });
+        }
+        s
+    }
+
+    fn tracker(journal: &Journal) -> (Liveness, Duration) {
+        let s = world();
+        let driver = DriverConfig::default();
+        let bound = s.liveness_bound(&driver, false);
+        (
+            Liveness::new(&DesiredSet::antrea(), &s, &driver, journal, true),
+            bound,
+        )
+    }
+
+    fn liveness_violations(journal: &Journal) -> Vec<String> {
+        journal
+            .violations()
+            .iter()
+            .filter(|v| v.invariant == Invariant::Liveness)
+            .map(|v| v.detail.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_tier_allowed_but_not_written_within_its_bound_is_caught() {
+        let journal = Journal::new(false);
+        let (mut live, bound) = tracker(&journal);
+        let t = Duration::from_secs(10);
+        live.observe(&store(&["baseline"], &[]), Duration::ZERO);
+        live.observe(&store(&["baseline", "application"], &[]), t);
+        let outcome = live.finish(t + bound + Duration::from_secs(1));
+        let found = liveness_violations(&journal);
+        // baseline is not allowed before faults stop: only application is late.
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("application: "), "{found:?}");
+        assert_eq!(
+            outcome.longest,
+            Some(("application".to_owned(), bound + Duration::from_secs(1)))
+        );
+    }
+
+    #[test]
+    fn a_tier_written_within_its_bound_passes() {
+        let journal = Journal::new(false);
+        let (mut live, bound) = tracker(&journal);
+        let t = Duration::from_secs(10);
+        live.observe(&store(&["baseline"], &[]), Duration::ZERO);
+        live.observe(&store(&["baseline", "application"], &[]), t);
+        live.observe(&store(&["baseline"], &[]), t + bound);
+        live.finish(Duration::from_secs(400));
+        assert_eq!(liveness_violations(&journal), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_tier_blocked_by_another_is_allowed_only_once_the_blocker_goes() {
+        let journal = Journal::new(false);
+        let (mut live, bound) = tracker(&journal);
+        let squatter = tier("team-a", 250, "", 2);
+        live.observe(&store(&["application"], &[squatter]), Duration::ZERO);
+        // Blocked for 100 s: no violation however long that takes.
+        let freed = Duration::from_secs(100);
+        live.observe(&store(&["application"], &[]), freed);
+        live.observe(&store(&[], &[]), freed + bound);
+        live.finish(Duration::from_secs(400));
+        assert_eq!(liveness_violations(&journal), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_fight_gets_the_contest_hold_off_more() {
+        let journal = Journal::new(false);
+        let (mut live, bound) = tracker(&journal);
+        let driver = DriverConfig::default();
+        let fight_bound = world().liveness_bound(&driver, true);
+        assert_eq!(fight_bound, bound + driver.machine.contest.hold_cap);
+        live.observe(&store(&["baseline"], &[]), Duration::ZERO);
+        let mut at = Duration::from_secs(10);
+        for k in 0..4 {
+            let edited = tier("platform", 200, "mine", 10 + k);
+            live.observe(&store(&["baseline", "platform"], &[edited]), at);
+            at += Duration::from_secs(1);
+        }
+        // Held off longer than the plain bound, within the fight's.
+        live.observe(
+            &store(&["baseline"], &[]),
+            at + bound + Duration::from_secs(1),
+        );
+        live.finish(Duration::from_secs(400));
+        assert_eq!(liveness_violations(&journal), Vec::<String>::new());
+    }
+}
