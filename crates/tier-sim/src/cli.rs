@@ -47,7 +47,13 @@ pub struct Cli {
     pub sabotage: Option<Sabotage>,
     /// The families of worlds to draw seeds from, comma-separated (`issue-15` is every world of
     /// issue 15); each runs the same seeds and gets its own summary.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "random")]
+    #[arg(
+        long,
+        alias = "worlds",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "random"
+    )]
     pub world: Vec<WorldArg>,
     /// Check the per-Tier liveness and write-bound invariants of issue 15 in the random worlds
     /// too (always on in the other worlds; off by default until core v3).
@@ -381,4 +387,36 @@ fn issue_6694(strategies: &[Strategy], config: &SimConfig) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worlds_are_selected_by_name_and_issue_15_selects_them_all() {
+        let cli = Cli::parse_from(["tier-sim", "--worlds", "failing-tier,issue-15"]);
+        let worlds: Vec<World> = cli.world.iter().flat_map(|w| w.worlds()).collect();
+        assert_eq!(worlds.first(), Some(&World::FailingTier));
+        assert_eq!(&worlds[1..], &World::ISSUE_15);
+        let default = Cli::parse_from(["tier-sim"]);
+        assert_eq!(default.world, vec![WorldArg::Random]);
+        assert!(!default.issue_15_checks && !default.numbers);
+        for world in World::ISSUE_15 {
+            let cli = Cli::parse_from(["tier-sim", "--world", world.as_str()]);
+            assert_eq!(cli.world[0].worlds(), vec![world]);
+        }
+    }
+
+    #[test]
+    fn a_replay_command_names_the_world_or_the_checks() {
+        assert_eq!(
+            replay_command(7, Strategy::Tierd, None, World::FastEditor, false),
+            "cargo run -p tier-sim --release -- --seed 7 --verbose --world fast-editor"
+        );
+        assert_eq!(
+            replay_command(7, Strategy::Tierd, None, World::Random, true),
+            "cargo run -p tier-sim --release -- --seed 7 --verbose --issue-15-checks"
+        );
+    }
 }
