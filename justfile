@@ -21,6 +21,16 @@ demo:
 sim seeds="10000":
     cargo run -p tier-sim --release -- --seeds {{seeds}} --strategy all
 
+# The numbers docs/RELIABILITY.md and docs/PERFORMANCE.md quote: writes and failed writes per
+# seed of tierd and of Antrea's fixed initializer, without an adversary and on all seeds.
+sim-numbers seeds="10000":
+    cargo build --release -p tier-sim
+    nice target/release/tier-sim --seeds {{seeds}} --numbers
+
+# The worlds of issue 15 and its per-Tier invariants (liveness, write bound, fleet probe).
+sim-issue-15 seeds="100":
+    cargo run -p tier-sim --release -- --seeds {{seeds}} --world issue-15
+
 # Benchmarks (numbers printed as tables; see docs/PERFORMANCE.md).
 bench *args:
     cargo build --release -p tier-bin --bin tierd

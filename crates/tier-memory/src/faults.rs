@@ -1,7 +1,9 @@
 //! Scriptable and seeded random faults of the API server, applied to writer calls.
 //!
 //! A scripted fault affects the next `n` calls of one verb (optionally for one Tier name or one
-//! client); each call consumes at most one fault, the oldest matching one. What a fault does:
+//! client), or every such call until [`Faults::clear`] ([`forever`](FaultBuilder::forever): a
+//! per-object failure, a per-verb RBAC refusal); each call consumes at most one fault, the
+//! oldest matching one. What a fault does:
 //!
 //! - [`with`](FaultBuilder::with): fail with an error, without applying the write;
 //! - [`lose_response`](FaultBuilder::lose_response): apply the write, then report an error (a
@@ -59,13 +61,15 @@ struct Rule {
     name: Option<String>,
     client: Option<String>,
     remaining: u32,
+    /// Never used up: `remaining` is not decremented.
+    forever: bool,
     after: Duration,
     effect: Effect,
 }
 
 impl Rule {
     fn matches(&self, verb: Verb, name: &str, client: &str) -> bool {
-        self.remaining > 0
+        (self.forever || self.remaining > 0)
             && self.verb == verb
             && self.name.as_deref().is_none_or(|n| n == name)
             && self.client.as_deref().is_none_or(|c| c == client)
@@ -112,6 +116,13 @@ impl FaultBuilder {
     /// Only calls from the writer named `client` match.
     pub fn for_client(mut self, client: impl Into<String>) -> Self {
         self.rule.client = Some(client.into());
+        self
+    }
+
+    /// Matches every matching call until [`Faults::clear`], whatever `times` was: a fault of one
+    /// object (a Tier whose writes always fail) or of one verb (RBAC refusing `update`).
+    pub fn forever(mut self) -> Self {
+        self.rule.forever = true;
         self
     }
 
@@ -246,6 +257,7 @@ impl Faults {
                 name: None,
                 client: None,
                 remaining: times,
+                forever: false,
                 after: Duration::ZERO,
                 effect: Effect::Proceed,
             },
@@ -272,12 +284,13 @@ impl Faults {
         state.random = None;
     }
 
-    /// How many scripted faults are left to consume, summed over every script.
+    /// How many scripted faults are left to consume, summed over every script (`u32::MAX` while
+    /// a [`forever`](FaultBuilder::forever) fault is installed).
     pub fn pending(&self) -> u32 {
         lock(&self.state)
             .rules
             .iter()
-            .map(|r| r.remaining)
+            .map(|r| if r.forever { u32::MAX } else { r.remaining })
             .fold(0, u32::saturating_add)
     }
 
@@ -290,13 +303,15 @@ impl Faults {
             .iter_mut()
             .find(|r| r.matches(verb, name, client))
             .map(|rule| {
-                rule.remaining -= 1;
+                if !rule.forever {
+                    rule.remaining = rule.remaining.saturating_sub(1);
+                }
                 Plan {
                     delay: rule.after,
                     effect: rule.effect.clone(),
                 }
             });
-        state.rules.retain(|r| r.remaining > 0);
+        state.rules.retain(|r| r.forever || r.remaining > 0);
         match (scripted, random) {
             (Some(mut plan), random) => {
                 let latency = random.map_or(Duration::ZERO, |r| r.delay);
@@ -323,6 +338,19 @@ pub fn too_many_requests(retry_after: Duration) -> WriteError {
         "the server has received too many requests and has asked us to try again later",
     )
     .with_retry_after(retry_after)
+}
+
+/// A 403 from RBAC for `verb` on Tiers, worded as kube-apiserver words it (so the permission
+/// can be read from it), as a client sees it: [`Forbidden`](tier_core::ErrorClass::Forbidden),
+/// naming the permission. RBAC cannot restrict `create` by object name: a create refused for
+/// one Tier is refused for every Tier.
+pub fn forbidden(verb: Verb, user: &str) -> WriteError {
+    let permission =
+        format!("{verb} resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope");
+    WriteError::forbidden(
+        format!("tiers.crd.antrea.io is forbidden: User \"{user}\" cannot {permission}"),
+        Some(permission),
+    )
 }
 
 /// A request that timed out on the client side: transient. The server may have applied it.
@@ -402,6 +430,42 @@ mod tests {
         assert!((35..85).contains(&fails), "{fails}");
         assert!((20..60).contains(&lost), "{lost}");
         assert!(a.iter().all(|p| p.delay <= Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn a_forever_fault_is_never_used_up_and_only_clear_removes_it() {
+        let faults = Faults::default();
+        let refused = forbidden(Verb::Update, "tierd");
+        faults
+            .fail_next(Verb::Update, 1)
+            .forever()
+            .with(refused.clone());
+        faults
+            .fail_next(Verb::Create, 0)
+            .for_name("a")
+            .forever()
+            .hang();
+        for _ in 0..1000 {
+            assert_eq!(
+                effect(&faults, Verb::Update, "x"),
+                Effect::Fail(refused.clone())
+            );
+            assert_eq!(effect(&faults, Verb::Create, "a"), Effect::Hang);
+        }
+        assert_eq!(effect(&faults, Verb::Create, "b"), Effect::Proceed);
+        assert_eq!(faults.pending(), u32::MAX);
+        assert_eq!(
+            refused.permission.as_deref(),
+            Some("update resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope")
+        );
+        assert!(
+            refused
+                .message
+                .ends_with(refused.permission.as_deref().unwrap_or("?"))
+        );
+        faults.clear();
+        assert_eq!(faults.pending(), 0);
+        assert_eq!(effect(&faults, Verb::Update, "x"), Effect::Proceed);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //!   the snapshot the status was computed from, and in the store whenever the cache has caught
 //!   up with it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -23,6 +23,8 @@ use tier_core::{
 };
 use tier_memory::{MemoryCluster, MemoryLister};
 use tokio::time::Instant;
+
+use crate::bounds::{SOFT_LIMIT, SOFT_WINDOW, WRITE_WINDOWS, hard_limit, is_visible};
 
 /// The most violations a journal keeps (it still counts the rest).
 const MAX_KEPT: usize = 64;
@@ -48,6 +50,15 @@ pub enum Invariant {
     FalseBlocked,
     /// A Tier still reported contested a quiet period after the adversary stopped.
     ContestNotCleared,
+    /// A Tier the world allowed to be written was not in sync within its liveness bound (see
+    /// [`crate::bounds`]).
+    Liveness,
+    /// An initializer wrote one Tier more often than the write bound allows, or beyond the soft
+    /// rate while its status showed no reason (see [`crate::bounds`]).
+    WriteBound,
+    /// While RBAC refused every create, an initializer sent more creates than one per step of
+    /// the Forbidden backoff, for the whole fleet.
+    FleetProbe,
 }
 
 impl Invariant {
@@ -63,6 +74,9 @@ impl Invariant {
             Invariant::NotQuiescent => "not-quiescent",
             Invariant::FalseBlocked => "false-blocked",
             Invariant::ContestNotCleared => "contest-not-cleared",
+            Invariant::Liveness => "liveness",
+            Invariant::WriteBound => "write-bound",
+            Invariant::FleetProbe => "fleet-probe",
         }
     }
 }
@@ -213,7 +227,21 @@ struct CheckState {
     denied: usize,
     /// Of those, creates the initializer's own cache already showed would be denied.
     doomed: usize,
+    /// When each Tier's recent writes started, within the longest window of the write bound
+    /// (at most [`MAX_WRITE_TIMES`] per Tier).
+    writes: BTreeMap<String, VecDeque<Duration>>,
+    /// The Tiers whose status showed a visible state ([`is_visible`]) since their last write.
+    visible: BTreeSet<String>,
+    /// The (Tier, soft?) write-bound violations already recorded: one each is enough.
+    flagged: BTreeSet<(String, bool)>,
+    /// The most writes of one Tier in any window of the longest length, and the Tier.
+    peak: Option<(String, usize)>,
+    /// Whether the write bound reports violations (it always measures).
+    enforce_write_bound: bool,
 }
+
+/// The most write times kept per Tier (a tight loop is flagged long before).
+const MAX_WRITE_TIMES: usize = 10_000;
 
 impl Checks {
     /// The checks of initializer `name`, whose own cache is `cache`, in `cluster`.
@@ -237,6 +265,13 @@ impl Checks {
     /// The initializer's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Reports write-bound violations (see [`crate::bounds`]) from now on, or stops; the peak is
+    /// measured either way. Off by default: the random worlds' contest fights break the soft
+    /// bound on the core before v3 ([`SimConfig::issue_15_checks`](crate::SimConfig)).
+    pub fn enforce_write_bound(&self, on: bool) {
+        lock(&self.state).enforce_write_bound = on;
     }
 
     /// Checks the initializer's published status from now on.
@@ -274,21 +309,95 @@ impl Checks {
             ),
             Some(_) => {}
         }
-        let mut state = lock(&self.state);
-        let n = state.in_flight.entry(tier.name.clone()).or_insert(0);
-        *n += 1;
-        if *n > 1 {
-            let n = *n;
-            drop(state);
+        let n = {
+            let mut state = lock(&self.state);
+            let n = state.in_flight.entry(tier.name.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if n > 1 {
             self.violation(
                 Invariant::OverlappingCalls,
                 format!("{n} calls for {} in flight at once", tier.name),
             );
         }
+        self.count_write(&tier.name);
         InFlight {
             checks: self,
             name: tier.name.clone(),
         }
+    }
+
+    /// Counts a write of `name` starting now against the write bound (see [`crate::bounds`]).
+    fn count_write(&self, name: &str) {
+        let now = self.journal.elapsed();
+        let longest = WRITE_WINDOWS
+            .into_iter()
+            .chain([SOFT_WINDOW])
+            .fold(Duration::ZERO, Duration::max);
+        let status = lock(&self.state).status.as_ref().map(StatusHandle::current);
+        let visible_now = status
+            .as_ref()
+            .and_then(|s| s.tiers.iter().find(|t| t.name == name))
+            .is_some_and(is_visible);
+        let mut state = lock(&self.state);
+        // Visible now, or at some status since the last write (the state a failed write leaves
+        // lasts until the retry, whose own status may already read pending).
+        let visible = state.visible.remove(name) || visible_now;
+        let times = state.writes.entry(name.to_owned()).or_default();
+        while times
+            .front()
+            .is_some_and(|t| now.saturating_sub(*t) >= longest)
+        {
+            times.pop_front();
+        }
+        if times.len() >= MAX_WRITE_TIMES {
+            times.pop_front();
+        }
+        times.push_back(now);
+        let within = |w: Duration| times.iter().filter(|t| now.saturating_sub(**t) < w).count();
+        let hard = WRITE_WINDOWS
+            .into_iter()
+            .map(|w| (w, within(w), hard_limit(w)))
+            .find(|(_, n, limit)| n > limit);
+        let soft = within(SOFT_WINDOW);
+        let in_longest = within(WRITE_WINDOWS[WRITE_WINDOWS.len() - 1]);
+        if state.peak.as_ref().is_none_or(|(_, n)| in_longest > *n) {
+            state.peak = Some((name.to_owned(), in_longest));
+        }
+        let mut found = Vec::new();
+        if !state.enforce_write_bound {
+            return;
+        }
+        if let Some((window, n, limit)) = hard
+            && state.flagged.insert((name.to_owned(), false))
+        {
+            found.push(format!(
+                "{n} writes of {name} within {}, more than the bound {limit}",
+                secs(window)
+            ));
+        }
+        if soft > SOFT_LIMIT && !visible && state.flagged.insert((name.to_owned(), true)) {
+            let shown = status
+                .as_ref()
+                .and_then(|s| s.tiers.iter().find(|t| t.name == name))
+                .map_or_else(|| "no status".to_owned(), ToString::to_string);
+            found.push(format!(
+                "{soft} writes of {name} within {}, more than {SOFT_LIMIT}, while its status \
+                 shows no reason: {shown}",
+                secs(SOFT_WINDOW)
+            ));
+        }
+        drop(state);
+        for detail in found {
+            self.violation(Invariant::WriteBound, detail);
+        }
+    }
+
+    /// The most writes of one Tier this initializer sent within the longest window of the write
+    /// bound (300 s), and the Tier.
+    pub fn peak_writes(&self) -> Option<(String, usize)> {
+        lock(&self.state).peak.clone()
     }
 
     /// Writes denied by admission so far, and of those the doomed ones (denied creates whose
@@ -354,6 +463,11 @@ impl Checks {
         }
         self.check_blocked(&status);
         let mut state = lock(&self.state);
+        for tier in status.tiers.iter().filter(|t| is_visible(t)) {
+            if !state.visible.contains(&tier.name) {
+                state.visible.insert(tier.name.clone());
+            }
+        }
         // Statuses only move forward: older snapshots are never needed again.
         state.snapshots = state.snapshots.split_off(&status.generation);
         self.note_transitions(&mut state, &status);

@@ -9,10 +9,11 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::check::{Invariant, secs};
-use crate::report::{comparison_table, tierd_summary};
+use crate::report::{comparison_table, issue_15_summary, numbers_table, tierd_summary};
 use crate::sabotage::Sabotage;
 use crate::scenario::Scenario;
 use crate::sim::{SeedReport, SimConfig, Strategy, run_scenario, run_seeds};
+use crate::worlds::World;
 
 /// Deterministic simulation of tierd, and of Antrea's old and new Tier initializers, on virtual
 /// time: seeded faults, lagging caches, concurrent initializers and adversaries; invariants
@@ -44,6 +45,69 @@ pub struct Cli {
     /// Break tierd on purpose, to see the checks fail.
     #[arg(long, value_enum)]
     pub sabotage: Option<Sabotage>,
+    /// The families of worlds to draw seeds from, comma-separated (`issue-15` is every world of
+    /// issue 15); each runs the same seeds and gets its own summary.
+    #[arg(
+        long,
+        alias = "worlds",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "random"
+    )]
+    pub world: Vec<WorldArg>,
+    /// Check the per-Tier liveness and write-bound invariants of issue 15 in the random worlds
+    /// too (always on in the other worlds; off by default until core v3).
+    #[arg(long)]
+    pub issue_15_checks: bool,
+    /// Print only the numbers docs/RELIABILITY.md quotes: writes and failed writes per seed of
+    /// tierd and of Antrea's fixed initializer, on the seeds without an adversary and on all
+    /// (random worlds; ignores --strategy and --world).
+    #[arg(long)]
+    pub numbers: bool,
+}
+
+/// The `--world` values: one family, or every family of issue 15.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WorldArg {
+    /// The random worlds (the default).
+    Random,
+    /// Every world of issue 15.
+    #[value(name = "issue-15")]
+    Issue15,
+    /// One Tier's writes always get 503.
+    FailingTier,
+    /// One Tier's calls hang until the call timeout.
+    HangingTier,
+    /// An editor changes a Tier every 100 ms; tierd's cache lags 200 ms.
+    FastEditor,
+    /// A prune controller's deletions reach the cache with tierd's creates.
+    CoalescedDeleter,
+    /// RBAC refuses updates, allows creates.
+    UpdateForbidden,
+    /// RBAC refuses every create.
+    CreateForbidden,
+    /// A fighter that slows down.
+    SlowingFighter,
+    /// A lag spike that recovers.
+    LagSpike,
+}
+
+impl WorldArg {
+    /// The worlds it selects.
+    pub fn worlds(self) -> Vec<World> {
+        match self {
+            WorldArg::Random => vec![World::Random],
+            WorldArg::Issue15 => World::ISSUE_15.to_vec(),
+            WorldArg::FailingTier => vec![World::FailingTier],
+            WorldArg::HangingTier => vec![World::HangingTier],
+            WorldArg::FastEditor => vec![World::FastEditor],
+            WorldArg::CoalescedDeleter => vec![World::CoalescedDeleter],
+            WorldArg::UpdateForbidden => vec![World::UpdateForbidden],
+            WorldArg::CreateForbidden => vec![World::CreateForbidden],
+            WorldArg::SlowingFighter => vec![World::SlowingFighter],
+            WorldArg::LagSpike => vec![World::LagSpike],
+        }
+    }
 }
 
 /// The `--strategy` values.
@@ -71,9 +135,21 @@ impl StrategyArg {
     }
 }
 
-/// The command that replays one seed of `strategy` (broken by `sabotage`) with its timeline.
-pub fn replay_command(seed: u64, strategy: Strategy, sabotage: Option<Sabotage>) -> String {
+/// The command that replays one seed of `strategy` in `world` (broken by `sabotage`, with the
+/// issue-15 checks in the random worlds if `issue_15_checks`) with its timeline.
+pub fn replay_command(
+    seed: u64,
+    strategy: Strategy,
+    sabotage: Option<Sabotage>,
+    world: World,
+    issue_15_checks: bool,
+) -> String {
     let mut cmd = format!("cargo run -p tier-sim --release -- --seed {seed} --verbose");
+    if world != World::Random {
+        let _ = write!(cmd, " --world {}", world.as_str());
+    } else if issue_15_checks {
+        cmd.push_str(" --issue-15-checks");
+    }
     if strategy != Strategy::Tierd {
         let _ = write!(cmd, " --strategy {}", strategy.as_str());
     }
@@ -132,22 +208,102 @@ pub fn run(cli: &Cli) -> ExitCode {
 
 /// Runs the command line, writing what it prints to `out`.
 fn render(cli: &Cli, out: &mut String) -> ExitCode {
-    let seeds: Vec<u64> = match cli.seed {
+    if cli.numbers {
+        return numbers(cli, out);
+    }
+    let mut worlds: Vec<World> = cli.world.iter().flat_map(|w| w.worlds()).collect();
+    worlds.dedup();
+    let mut code = ExitCode::SUCCESS;
+    for (i, world) in worlds.iter().enumerate() {
+        if worlds.len() > 1 {
+            if i > 0 {
+                let _ = writeln!(out);
+            }
+            let _ = writeln!(out, "== world {}", world.as_str());
+        }
+        if render_world(cli, *world, out) != ExitCode::SUCCESS {
+            code = ExitCode::FAILURE;
+        }
+    }
+    code
+}
+
+/// The seeds the command line selects.
+fn seeds(cli: &Cli) -> Vec<u64> {
+    match cli.seed {
         Some(seed) => vec![seed],
         None => (cli.start..cli.start.saturating_add(cli.seeds)).collect(),
+    }
+}
+
+fn jobs(cli: &Cli) -> usize {
+    cli.jobs
+        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
+        .unwrap_or(1)
+}
+
+/// `--numbers`: tierd and Antrea's fixed initializer on the random worlds, writes and failed
+/// writes per seed, without an adversary and over all seeds.
+fn numbers(cli: &Cli, out: &mut String) -> ExitCode {
+    let config = SimConfig {
+        limit: Duration::from_secs(cli.limit),
+        ..SimConfig::default()
     };
+    let strategies = [Strategy::Tierd, Strategy::AntreaNew];
+    let reports = match run_seeds(&seeds(cli), &strategies, &config, jobs(cli)) {
+        Ok(reports) => reports,
+        Err(e) => {
+            let _ = writeln!(out, "error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let _ = write!(out, "{}", numbers_table(&reports));
+    let failed = reports
+        .iter()
+        .any(|r| r.strategy == Strategy::Tierd && !r.passed());
+    if failed {
+        let _ = writeln!(
+            out,
+            "some tierd seeds FAILED: run without --numbers to see which"
+        );
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// One initializer's mark in the issue-15 numbers of a run.
+fn issue_15_line(r: &SeedReport) -> String {
+    let mut line = String::new();
+    if let Some((tier, n)) = &r.peak_tier_writes {
+        let _ = write!(line, "peak {n} writes of {tier} in 300 s");
+    }
+    if let Some((tier, wait)) = &r.longest_wait {
+        let _ = write!(line, "; longest allowed wait {} ({tier})", secs(*wait));
+    }
+    if r.forbidden_creates > 0 {
+        let _ = write!(
+            line,
+            "; {} creates while creates were refused",
+            r.forbidden_creates
+        );
+    }
+    line
+}
+
+/// Runs the command line's seeds in `world`.
+fn render_world(cli: &Cli, world: World, out: &mut String) -> ExitCode {
+    let seeds = seeds(cli);
     let strategies = cli.strategy.strategies();
     let config = SimConfig {
         limit: Duration::from_secs(cli.limit),
         verbose: cli.verbose,
         sabotage: cli.sabotage,
+        world,
+        issue_15_checks: cli.issue_15_checks,
         ..SimConfig::default()
     };
-    let jobs = cli
-        .jobs
-        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
-        .unwrap_or(1);
-    let reports = match run_seeds(&seeds, &strategies, &config, jobs) {
+    let reports = match run_seeds(&seeds, &strategies, &config, jobs(cli)) {
         Ok(reports) => reports,
         Err(e) => {
             let _ = writeln!(out, "error: {e}");
@@ -163,6 +319,9 @@ fn render(cli: &Cli, out: &mut String) -> ExitCode {
                 }
             }
             let _ = writeln!(out, "{}", outcome_line(r));
+            if r.strategy == Strategy::Tierd {
+                let _ = writeln!(out, "  {}", issue_15_line(r));
+            }
             if cli.seed.is_none() {
                 for v in &r.violations {
                     let _ = writeln!(out, "  {v}");
@@ -185,7 +344,7 @@ fn render(cli: &Cli, out: &mut String) -> ExitCode {
         let _ = writeln!(
             out,
             "  replay: {}",
-            replay_command(r.seed, r.strategy, cli.sabotage)
+            replay_command(r.seed, r.strategy, cli.sabotage, world, cli.issue_15_checks)
         );
     }
     if failed.len() > 20 {
@@ -195,7 +354,13 @@ fn render(cli: &Cli, out: &mut String) -> ExitCode {
     if strategies.contains(&Strategy::Tierd) {
         let _ = write!(out, "{}", tierd_summary(&reports));
     }
-    if cli.seed.is_none() && strategies.iter().any(|s| *s != Strategy::Tierd) {
+    if world != World::Random {
+        let _ = write!(out, "{}", issue_15_summary(&reports));
+    }
+    if cli.seed.is_none()
+        && world == World::Random
+        && strategies.iter().any(|s| *s != Strategy::Tierd)
+    {
         let _ = writeln!(out);
         let _ = write!(out, "{}", comparison_table(&reports));
         let _ = write!(out, "{}", issue_6694(&strategies, &config));
@@ -222,4 +387,36 @@ fn issue_6694(strategies: &[Strategy], config: &SimConfig) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worlds_are_selected_by_name_and_issue_15_selects_them_all() {
+        let cli = Cli::parse_from(["tier-sim", "--worlds", "failing-tier,issue-15"]);
+        let worlds: Vec<World> = cli.world.iter().flat_map(|w| w.worlds()).collect();
+        assert_eq!(worlds.first(), Some(&World::FailingTier));
+        assert_eq!(&worlds[1..], &World::ISSUE_15);
+        let default = Cli::parse_from(["tier-sim"]);
+        assert_eq!(default.world, vec![WorldArg::Random]);
+        assert!(!default.issue_15_checks && !default.numbers);
+        for world in World::ISSUE_15 {
+            let cli = Cli::parse_from(["tier-sim", "--world", world.as_str()]);
+            assert_eq!(cli.world[0].worlds(), vec![world]);
+        }
+    }
+
+    #[test]
+    fn a_replay_command_names_the_world_or_the_checks() {
+        assert_eq!(
+            replay_command(7, Strategy::Tierd, None, World::FastEditor, false),
+            "cargo run -p tier-sim --release -- --seed 7 --verbose --world fast-editor"
+        );
+        assert_eq!(
+            replay_command(7, Strategy::Tierd, None, World::Random, true),
+            "cargo run -p tier-sim --release -- --seed 7 --verbose --issue-15-checks"
+        );
+    }
 }

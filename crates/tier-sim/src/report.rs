@@ -293,3 +293,93 @@ pub fn comparison_table(reports: &[SeedReport]) -> String {
     );
     out
 }
+
+/// The issue-15 numbers of tierd's runs of one world: which seeds fail which invariant, the
+/// peak writes of one Tier in 300 s, the longest allowed wait, creates while creates were
+/// refused.
+pub fn issue_15_summary(reports: &[SeedReport]) -> String {
+    let mine: Vec<&SeedReport> = reports
+        .iter()
+        .filter(|r| r.strategy == Strategy::Tierd)
+        .collect();
+    let mut peak = Stats::default();
+    let mut wait = Stats::default();
+    let mut refused = Stats::default();
+    let mut failing: BTreeMap<Invariant, Vec<u64>> = BTreeMap::new();
+    for r in &mine {
+        if let Some((_, n)) = &r.peak_tier_writes {
+            peak.add(*n as f64);
+        }
+        if let Some((_, w)) = &r.longest_wait {
+            wait.add(secs(*w));
+        }
+        refused.add(r.forbidden_creates as f64);
+        let kinds: BTreeSet<Invariant> = r.violations.iter().map(|v| v.invariant).collect();
+        for kind in kinds {
+            failing.entry(kind).or_default().push(r.seed);
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "  issue 15: most writes of one Tier in 300 s (mean/max): {}   longest allowed wait (s, \
+         mean/max): {}   creates while refused (mean/max): {}",
+        peak.show(1),
+        wait.show(1),
+        refused.show(1)
+    );
+    for (kind, seeds) in &failing {
+        let shown: Vec<String> = seeds.iter().take(12).map(u64::to_string).collect();
+        let more = if seeds.len() > 12 { " ..." } else { "" };
+        let _ = writeln!(
+            out,
+            "  {kind}: {} seed(s): {}{more}",
+            seeds.len(),
+            shown.join(" ")
+        );
+    }
+    out
+}
+
+/// The numbers docs/RELIABILITY.md and docs/PERFORMANCE.md quote: per strategy, writes and failed
+/// writes per seed (mean/max) on the seeds without an adversary and on all seeds.
+pub fn numbers_table(reports: &[SeedReport]) -> String {
+    type Filter = fn(&SeedReport) -> bool;
+    let subsets: [(&str, Filter); 2] = [
+        ("seeds without adversary", |r| !r.adversary),
+        ("all seeds", |_| true),
+    ];
+    let strategies: BTreeSet<Strategy> = reports.iter().map(|r| r.strategy).collect();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<24} {:<11} {:>6} {:>7} {:>10} {:>13} {:>13}",
+        "subset", "strategy", "seeds", "passed", "converged", "writes m/max", "failed m/max"
+    );
+    for (title, filter) in subsets {
+        for &strategy in &strategies {
+            let s = Summary::of(
+                reports
+                    .iter()
+                    .filter(|r| r.strategy == strategy && filter(r)),
+            );
+            let passed = if strategy == Strategy::Tierd {
+                s.passed.to_string()
+            } else {
+                "-".to_owned()
+            };
+            let _ = writeln!(
+                out,
+                "{:<24} {:<11} {:>6} {:>7} {:>10} {:>13} {:>13}",
+                title,
+                strategy.as_str(),
+                s.seeds,
+                passed,
+                s.converged,
+                s.writes.show(2),
+                s.failed.show(2)
+            );
+        }
+    }
+    out
+}

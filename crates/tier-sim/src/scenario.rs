@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use tier_core::{DesiredSet, DriverConfig, TierSpec};
-use tier_memory::AdmissionView;
+use tier_memory::{AdmissionView, Verb};
+
+use crate::bounds::LIVENESS_SLACK;
+use crate::worlds::World;
 
 /// The longest an initializer waits after the run starts before it starts.
 pub const MAX_START: Duration = Duration::from_secs(2);
@@ -41,6 +44,53 @@ pub struct Scenario {
     pub quiet_at: Duration,
     /// What other actors do before `quiet_at`, in time order.
     pub adversary: Vec<AdversaryEvent>,
+    /// The family the world was drawn from.
+    pub world: World,
+    /// Faults aimed at one Tier or one verb, on every matching call until `quiet_at`.
+    pub targeted: Vec<TargetedFault>,
+    /// Changes of every initializer's cache lag over time, in time order.
+    pub lag_changes: Vec<LagChange>,
+    /// A prune controller deletes this Tier whenever it exists, until `quiet_at`: its deletion
+    /// reaches every lagging cache together with the create (nothing sees the Tier exist).
+    pub pruned: Option<String>,
+}
+
+/// What a [`TargetedFault`] does to each matching call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetedEffect {
+    /// 503, not applied.
+    Unavailable,
+    /// Never answers: the driver's call timeout cuts it.
+    Hang,
+    /// 403 from RBAC naming the verb's permission.
+    Forbidden,
+}
+
+/// A fault on every call of one verb (for one Tier, or for all) until `quiet_at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetedFault {
+    /// The verb.
+    pub verb: Verb,
+    /// The Tier (`None`: every Tier, as RBAC refuses a verb).
+    pub name: Option<String>,
+    /// What each matching call gets.
+    pub effect: TargetedEffect,
+}
+
+impl TargetedFault {
+    /// Whether it hits a `verb` call for the Tier `name`.
+    pub fn hits(&self, verb: Verb, name: &str) -> bool {
+        self.verb == verb && self.name.as_deref().is_none_or(|n| n == name)
+    }
+}
+
+/// From `at` on, every initializer's cache lags by `lag` (changes already queued keep theirs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LagChange {
+    /// Offset from the start of the run.
+    pub at: Duration,
+    /// The new lag.
+    pub lag: Duration,
 }
 
 /// One initializer: when it starts, and its cache.
@@ -244,7 +294,17 @@ impl Scenario {
             faults,
             quiet_at,
             adversary,
+            world: World::Random,
+            targeted: Vec::new(),
+            lag_changes: Vec::new(),
+            pruned: None,
         }
+    }
+
+    /// Draws a scenario of `world` from `seed` (see [`World`]); [`World::Random`] is
+    /// [`generate`](Self::generate).
+    pub fn generate_in(world: World, seed: u64) -> Self {
+        crate::worlds::generate(world, seed)
     }
 
     /// The world of Antrea issue 6694, without any fault: all six system Tiers exist exactly as
@@ -275,6 +335,10 @@ impl Scenario {
             },
             quiet_at: MIN_QUIET_AT,
             adversary: Vec::new(),
+            world: World::Random,
+            targeted: Vec::new(),
+            lag_changes: Vec::new(),
+            pruned: None,
         }
     }
 
@@ -288,7 +352,60 @@ impl Scenario {
         self.initializers
             .iter()
             .map(|i| i.lag)
+            .chain(self.lag_changes.iter().map(|c| c.lag))
             .fold(webhook, Duration::max)
+    }
+
+    /// From when the world allows a `verb` of the Tier `name` to succeed, for the liveness
+    /// invariant (see [`crate::bounds`]): at `quiet_at` in the random worlds (random faults hit
+    /// every call until then) and for a Tier or verb a fault is aimed at, or that is pruned; else
+    /// once the first initializer's cache has synced. (Another Tier on its priority is the
+    /// store's business: the liveness check reads it there.)
+    pub fn allowed_from(&self, verb: Verb, name: &str) -> Duration {
+        let faulted = self.world == World::Random
+            || self.targeted.iter().any(|f| f.hits(verb, name))
+            || (verb == Verb::Create && self.pruned.as_deref() == Some(name));
+        if faulted {
+            return self.quiet_at;
+        }
+        self.initializers
+            .iter()
+            .map(|i| i.start_at.saturating_add(i.sync_after))
+            .min()
+            .unwrap_or(self.quiet_at)
+    }
+
+    /// How long after the world allows it a Tier must be in sync in the store (see
+    /// [`crate::bounds`]): like [`convergence_bound`](Self::convergence_bound) but without the
+    /// contest hold-off (a Tier nobody fights over is never held off) and with
+    /// [`LIVENESS_SLACK`]. A Tier in a fight gets [`ContestPolicy::hold_cap`] more, from the
+    /// fight's last change.
+    ///
+    /// [`ContestPolicy::hold_cap`]: tier_core::ContestPolicy::hold_cap
+    pub fn liveness_bound(&self, driver: &DriverConfig, fight: bool) -> Duration {
+        let machine = &driver.machine;
+        let longest_wait = [
+            machine.denied_backoff.cap,
+            machine.backoff.cap,
+            machine.echo_timeout,
+        ]
+        .into_iter()
+        .fold(Duration::ZERO, Duration::max);
+        let longest_call = if self.faults.hangs > 0 {
+            driver.call_timeout.max(self.faults.max_latency)
+        } else {
+            self.faults.max_latency
+        };
+        let bound = longest_call
+            .saturating_add(self.max_lag().saturating_mul(3))
+            .saturating_add(longest_wait)
+            .saturating_add(machine.denied_backoff.cap)
+            .saturating_add(LIVENESS_SLACK);
+        if fight {
+            bound.saturating_add(machine.contest.hold_cap)
+        } else {
+            bound
+        }
     }
 
     /// How long after `quiet_at` tierd must have converged, given the timing of its machines.
@@ -323,6 +440,12 @@ impl Scenario {
     /// (66.25 s) and within this bound (79 s).
     pub fn convergence_bound(&self, driver: &DriverConfig) -> Duration {
         let machine = &driver.machine;
+        // A Tier refused by RBAC until quiet waits up to the Forbidden backoff's cap.
+        let forbidden = self
+            .targeted
+            .iter()
+            .any(|f| f.effect == TargetedEffect::Forbidden)
+            .then_some(machine.forbidden_backoff.cap);
         let longest_wait = [
             machine.contest.hold_cap,
             machine.denied_backoff.cap,
@@ -330,8 +453,14 @@ impl Scenario {
             machine.echo_timeout,
         ]
         .into_iter()
+        .chain(forbidden)
         .fold(Duration::ZERO, Duration::max);
-        let longest_call = if self.faults.hangs > 0 {
+        let hangs = self.faults.hangs > 0
+            || self
+                .targeted
+                .iter()
+                .any(|f| f.effect == TargetedEffect::Hang);
+        let longest_call = if hangs {
             driver.call_timeout.max(self.faults.max_latency)
         } else {
             self.faults.max_latency
@@ -386,19 +515,41 @@ impl Scenario {
             self.quiet_at,
             self.adversary.len()
         ));
-        for e in &self.adversary {
+        if self.world != World::Random {
+            out.push_str(&format!("\n  world: {}", self.world.as_str()));
+        }
+        for f in &self.targeted {
+            out.push_str(&format!(
+                "\n  until quiet: every {} of {} gets {:?}",
+                f.verb,
+                f.name.as_deref().unwrap_or("any Tier"),
+                f.effect
+            ));
+        }
+        for c in &self.lag_changes {
+            out.push_str(&format!("\n  at {:?}: caches lag {:?}", c.at, c.lag));
+        }
+        if let Some(name) = &self.pruned {
+            out.push_str(&format!(
+                "\n  until quiet: {name} is deleted as soon as it exists"
+            ));
+        }
+        for e in self.adversary.iter().take(50) {
             out.push_str(&format!("\n    at {:?}: {:?}", e.at, e.action));
+        }
+        if self.adversary.len() > 50 {
+            out.push_str(&format!("\n    ... {} more", self.adversary.len() - 50));
         }
         out
     }
 }
 
-fn as_millis(d: Duration) -> u64 {
+pub(crate) fn as_millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A uniform duration in `[0, max]`, with millisecond resolution.
-fn millis(rng: &mut fastrand::Rng, max: Duration) -> Duration {
+pub(crate) fn millis(rng: &mut fastrand::Rng, max: Duration) -> Duration {
     Duration::from_millis(rng.u64(0..=as_millis(max)))
 }
 

@@ -19,18 +19,20 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use tier_core::{DesiredSet, DriverConfig, Mode, StatusHandle, in_sync};
-use tier_memory::{CacheConfig, MemoryCluster, MemoryLister, SyncMode};
+use tier_memory::{CacheConfig, MemoryCluster, MemoryLister, SyncMode, Verb};
 use tier_runtime::{Ensurer, TokioClock};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::baseline::{CallTimeout, antrea_new, antrea_old};
+use crate::bounds::fleet_probe_limit;
 use crate::check::{
     CheckingLister, CheckingWriter, Checks, Invariant, Journal, Violation, secs, watch_status,
 };
 use crate::sabotage::{Sabotage, Saboteur};
-use crate::scenario::{InitializerPlan, Scenario};
+use crate::scenario::{InitializerPlan, Scenario, TargetedEffect};
 use crate::world::{build_cluster, observe_store, play_world, quiet, store_matches};
+use crate::worlds::World;
 
 /// The initializer a run simulates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
@@ -73,6 +75,12 @@ pub struct SimConfig {
     pub sabotage: Option<Sabotage>,
     /// Keep a timeline of the run in the report.
     pub verbose: bool,
+    /// The family of worlds seeds are drawn from ([`run_seed`]).
+    pub world: World,
+    /// Check the per-Tier liveness and write bound invariants of issue 15 ([`crate::bounds`])
+    /// in the random worlds too (always on in the issue-15 worlds). Off by default until core
+    /// v3 lands: today's core breaks the soft write bound in the random worlds' contest fights.
+    pub issue_15_checks: bool,
 }
 
 impl Default for SimConfig {
@@ -84,6 +92,8 @@ impl Default for SimConfig {
             settle: Duration::from_secs(30),
             sabotage: None,
             verbose: false,
+            world: World::Random,
+            issue_15_checks: false,
         }
     }
 }
@@ -143,6 +153,15 @@ pub struct SeedReport {
     /// successfully before), summed over initializers. Without an adversary nothing changes a
     /// Tier back, so any correction is spurious.
     pub corrections: u64,
+    /// The family the world was drawn from.
+    pub world: World,
+    /// The most writes one initializer sent for one Tier within 300 s, and the Tier.
+    pub peak_tier_writes: Option<(String, usize)>,
+    /// The longest a Tier the world allowed to be written waited to be in sync, from the
+    /// allowance (see [`crate::bounds`]), and the Tier; `None` if no allowance was checked.
+    pub longest_wait: Option<(String, Duration)>,
+    /// Creates sent while RBAC refused every create (summed over initializers).
+    pub forbidden_creates: usize,
     /// The timeline, when verbose.
     pub trace: Vec<String>,
 }
@@ -162,13 +181,14 @@ pub enum SimError {
     Runtime(#[source] std::io::Error),
 }
 
-/// Runs the scenario of `seed` (see [`Scenario::generate`]).
+/// Runs the scenario of `seed` in the family [`SimConfig::world`] (see
+/// [`Scenario::generate_in`]).
 ///
 /// # Errors
 ///
 /// [`SimError::Runtime`] if no runtime can be built.
 pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SeedReport, SimError> {
-    run_scenario(&Scenario::generate(seed), config)
+    run_scenario(&Scenario::generate_in(config.world, seed), config)
 }
 
 /// Runs `scenario` on a fresh current-thread runtime with paused time. Deterministic: the same
@@ -251,7 +271,15 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
     journal.note(|| scenario.describe());
     journal.note(|| format!("convergence bound after quiet: {}", secs(bound)));
 
-    let (observer, settle) = observe_store(&cluster, &desired, &journal);
+    let per_tier = config.issue_15_checks || scenario.world != World::Random;
+    let store = observe_store(
+        &cluster,
+        &desired,
+        scenario,
+        &config.driver,
+        &journal,
+        per_tier,
+    );
     let world = tokio::spawn(play_world(
         cluster.clone(),
         scenario.clone(),
@@ -262,7 +290,7 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
     let mut running = Vec::new();
     for plan in &plans {
         sleep_until(journal.at(plan.start_at)).await;
-        running.push(start(plan, &cluster, &desired, &journal, config));
+        running.push(start(plan, scenario, &cluster, &desired, &journal, config));
     }
 
     sleep_until(journal.at(scenario.quiet_at)).await;
@@ -300,6 +328,11 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
     }
 
     let calls = cluster.calls();
+    let forbidden_creates = fleet_probe(scenario, &running, &calls, &config.driver, &journal);
+    let peak_tier_writes = running
+        .iter()
+        .filter_map(|r| r.checks.peak_writes())
+        .max_by_key(|(_, n)| *n);
     for r in &running {
         if calls.for_client(&r.name).peak_in_flight() > 1 {
             journal.violation(
@@ -330,14 +363,13 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
             Task::Baseline(task) => task.abort(),
         }
     }
-    observer.abort();
+    let (settle, liveness) = store.finish();
 
     let start_drift = desired
         .tiers()
         .iter()
         .filter(|want| !scenario.start.contains(want))
         .count();
-    let settle = *settle.lock().unwrap_or_else(PoisonError::into_inner);
     let converged = match config.strategy {
         Strategy::Tierd => converged_after_quiet.is_some(),
         Strategy::AntreaOld | Strategy::AntreaNew => settle.exact.is_some(),
@@ -362,13 +394,66 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
         start_drift,
         unfinished,
         corrections,
+        world: scenario.world,
+        peak_tier_writes,
+        longest_wait: liveness.longest,
+        forbidden_creates,
         trace: journal.trace(),
     }
 }
 
-/// Starts one initializer: its cache and writer, behind the checking decorators.
+/// While RBAC refuses every create (until `quiet_at`), each initializer may send one create per
+/// step of the Forbidden backoff for the whole fleet ([`fleet_probe_limit`]). Returns the
+/// creates sent then, summed over initializers (0 when no world refuses creates).
+fn fleet_probe(
+    scenario: &Scenario,
+    running: &[Running],
+    calls: &tier_memory::CallLog,
+    driver: &DriverConfig,
+    journal: &Journal,
+) -> usize {
+    let refused = scenario.targeted.iter().any(|f| {
+        f.verb == Verb::Create && f.name.is_none() && f.effect == TargetedEffect::Forbidden
+    });
+    if !refused {
+        return 0;
+    }
+    let quiet = journal.at(scenario.quiet_at).into_std();
+    let mut total = 0;
+    for r in running {
+        let mine = calls.for_client(&r.name);
+        let sent = mine
+            .records()
+            .iter()
+            .filter(|c| c.verb == Verb::Create && c.started < quiet)
+            .count();
+        total += sent;
+        let plan = scenario.initializers.iter().find(|p| p.name == r.name);
+        let from = plan.map_or(Duration::ZERO, |p| p.start_at + p.sync_after);
+        let limit = fleet_probe_limit(
+            &driver.machine.forbidden_backoff,
+            scenario.quiet_at.saturating_sub(from),
+        );
+        if sent > limit {
+            journal.violation(
+                &r.name,
+                Invariant::FleetProbe,
+                format!(
+                    "{sent} creates while RBAC refused every create for {}, more than one per \
+                     Forbidden backoff step for the fleet ({limit})",
+                    secs(scenario.quiet_at.saturating_sub(from))
+                ),
+            );
+        }
+    }
+    total
+}
+
+/// Starts one initializer: its cache and writer, behind the checking decorators, and the lag
+/// changes of its cache.
 fn start(
     plan: &InitializerPlan,
+    scenario: &Scenario,
     cluster: &MemoryCluster,
     desired: &DesiredSet,
     journal: &Journal,
@@ -380,6 +465,17 @@ fn start(
         SyncMode::After(plan.sync_after)
     };
     let cache = cluster.cache(CacheConfig::default().sync(sync).lag(plan.lag));
+    if !scenario.lag_changes.is_empty() {
+        let (changes, lagging, journal) =
+            (scenario.lag_changes.clone(), cache.clone(), journal.clone());
+        tokio::spawn(async move {
+            for change in changes {
+                sleep_until(journal.at(change.at)).await;
+                lagging.set_lag(change.lag);
+                journal.note(|| format!("cache lag now {:?}", change.lag));
+            }
+        });
+    }
     let checks = Checks::new(
         &plan.name,
         desired.clone(),
@@ -387,6 +483,7 @@ fn start(
         cluster.clone(),
         journal.clone(),
     );
+    checks.enforce_write_bound(config.issue_15_checks || scenario.world != World::Random);
     let lister = CheckingLister::new(cache.clone(), Arc::clone(&checks));
     let checks_kept = Arc::clone(&checks);
     let writer = CheckingWriter::new(cluster.writer(&plan.name), Arc::clone(&checks));

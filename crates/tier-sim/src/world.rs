@@ -4,13 +4,18 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tier_core::{DesiredSet, ObservedTier, TierLister, TierSpec, in_sync};
+use tier_core::{DesiredSet, DriverConfig, ObservedTier, TierLister, TierSpec, in_sync};
+use tier_memory::faults::{forbidden, unavailable};
 use tier_memory::{Admission, CacheConfig, MemoryCluster, RandomFaults, Verb};
 use tokio::task::JoinHandle;
 use tokio::time::sleep_until;
 
 use crate::check::Journal;
-use crate::scenario::{AdversaryAction, Scenario};
+use crate::liveness::{Liveness, LivenessOutcome};
+use crate::scenario::{AdversaryAction, Scenario, TargetedEffect};
+
+/// The user RBAC refuses in the worlds with permission faults.
+const USER: &str = "system:serviceaccount:kube-system:tierd";
 
 /// Builds the cluster of `scenario`: its starting Tiers, webhook and faults.
 pub(crate) fn build_cluster(scenario: &Scenario) -> MemoryCluster {
@@ -33,14 +38,49 @@ pub(crate) fn build_cluster(scenario: &Scenario) -> MemoryCluster {
             cluster.faults().fail_next(verb, plan.hangs).hang();
         }
     }
+    for fault in &scenario.targeted {
+        let mut rule = cluster.faults().fail_next(fault.verb, 0).forever();
+        if let Some(name) = &fault.name {
+            rule = rule.for_name(name.clone());
+        }
+        match fault.effect {
+            TargetedEffect::Unavailable => drop(rule.with(unavailable())),
+            TargetedEffect::Hang => drop(rule.hang()),
+            TargetedEffect::Forbidden => drop(rule.with(forbidden(fault.verb, USER))),
+        }
+    }
     if !scenario.webhook.unreachable_until.is_zero() {
         cluster.set_webhook_reachable(false);
     }
     cluster
 }
 
-/// Plays the adversary's schedule and the webhook's recovery.
+/// The prune controller of [`Scenario::pruned`]: deletes the Tier `name` at the very instant the
+/// store shows it, so its deletion is queued for every lagging cache together with the create.
+async fn prune(cluster: MemoryCluster, name: String, journal: Journal) {
+    let store = cluster.cache(CacheConfig::default());
+    loop {
+        let snapshot = store.snapshot();
+        if snapshot.observe(&name).resource_version().is_some() {
+            let result = cluster.delete(&name).map(drop);
+            journal.note(|| format!("prune controller deletes {name}: {result:?}"));
+        }
+        store.changed(snapshot.generation).await;
+    }
+}
+
+/// Plays the adversary's schedule, the webhook's recovery and the prune controller.
 pub(crate) async fn play_world(cluster: MemoryCluster, scenario: Scenario, journal: Journal) {
+    let pruner = match scenario.pruned.clone() {
+        Some(name) => futures::future::Either::Left(prune(cluster.clone(), name, journal.clone())),
+        None => futures::future::Either::Right(std::future::pending::<()>()),
+    };
+    let schedule = play_schedule(cluster, scenario, journal);
+    // The schedule ends; the pruner never does: both stop when the world is aborted.
+    futures::join!(schedule, pruner);
+}
+
+async fn play_schedule(cluster: MemoryCluster, scenario: Scenario, journal: Journal) {
     let mut webhook_down = !scenario.webhook.unreachable_until.is_zero();
     for event in &scenario.adversary {
         if webhook_down && scenario.webhook.unreachable_until <= event.at {
@@ -101,25 +141,66 @@ pub(crate) struct Settle {
     pub(crate) priorities: Option<Duration>,
 }
 
+/// What follows the store: since when it matched the desired set, and the liveness tracker.
+#[derive(Debug)]
+pub(crate) struct StoreWatch {
+    task: JoinHandle<()>,
+    settle: Arc<Mutex<Settle>>,
+    liveness: Arc<Mutex<Liveness>>,
+    journal: Journal,
+}
+
+impl StoreWatch {
+    /// Stops following; the settle times, and the liveness outcome with every episode still
+    /// open judged now.
+    pub(crate) fn finish(self) -> (Settle, LivenessOutcome) {
+        self.task.abort();
+        let settle = *self.settle.lock().unwrap_or_else(PoisonError::into_inner);
+        let liveness = self
+            .liveness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .finish(self.journal.elapsed());
+        (settle, liveness)
+    }
+}
+
 /// Follows every change of the store through a cache without lag, recording since when it has
-/// matched the desired set.
+/// matched the desired set, and measuring per-Tier liveness (violations reported only when
+/// `enforce_liveness`).
 pub(crate) fn observe_store(
     cluster: &MemoryCluster,
     desired: &DesiredSet,
+    scenario: &Scenario,
+    driver: &DriverConfig,
     journal: &Journal,
-) -> (JoinHandle<()>, Arc<Mutex<Settle>>) {
+    enforce_liveness: bool,
+) -> StoreWatch {
     let settle = Arc::new(Mutex::new(Settle::default()));
+    let liveness = Arc::new(Mutex::new(Liveness::new(
+        desired,
+        scenario,
+        driver,
+        journal,
+        enforce_liveness,
+    )));
     let cache = cluster.cache(CacheConfig::default());
-    let (cluster, desired, journal, shared) = (
+    let (cluster, desired, task_journal, shared, live) = (
         cluster.clone(),
         desired.clone(),
         journal.clone(),
         Arc::clone(&settle),
+        Arc::clone(&liveness),
     );
     let task = tokio::spawn(async move {
+        let journal = task_journal;
         loop {
-            let generation = cache.snapshot().generation;
+            let snapshot = cache.snapshot();
+            let generation = snapshot.generation;
             let now = journal.elapsed();
+            live.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .observe(&snapshot, now);
             let exact = store_matches(&cluster, &desired, in_sync);
             let priorities = store_matches(&cluster, &desired, |want, seen| {
                 want.priority == seen.priority
@@ -132,7 +213,12 @@ pub(crate) fn observe_store(
             cache.changed(generation).await;
         }
     });
-    (task, settle)
+    StoreWatch {
+        task,
+        settle,
+        liveness,
+        journal: journal.clone(),
+    }
 }
 
 pub(crate) fn store_matches(

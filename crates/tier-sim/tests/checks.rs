@@ -134,3 +134,81 @@ fn every_sabotage_is_caught_on_random_seeds() {
         );
     }
 }
+
+/// The write bound on virtual time, without any core: `writes` creates of baseline, `every`
+/// apart, through the checking writer of an initializer without a status (nothing visible).
+fn write_bound_violations(writes: u32, every: Duration) -> Vec<tier_sim::Violation> {
+    use tier_core::TierWriter;
+    use tier_memory::MemoryCluster;
+    use tier_sim::{CheckingWriter, Checks, Journal};
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let cluster = MemoryCluster::new();
+        let journal = Journal::new(false);
+        let checks = Checks::new(
+            "tierd-0",
+            DesiredSet::antrea(),
+            cluster.lister(),
+            cluster.clone(),
+            journal.clone(),
+        );
+        checks.enforce_write_bound(true);
+        let writer = CheckingWriter::new(cluster.writer("tierd-0"), checks);
+        let baseline = DesiredSet::antrea().tiers()[0].clone();
+        for _ in 0..writes {
+            let _ = writer.create(&baseline).await;
+            tokio::time::sleep(every).await;
+        }
+        journal
+            .violations()
+            .into_iter()
+            .filter(|v| v.invariant == Invariant::WriteBound)
+            .collect()
+    })
+}
+
+#[test]
+fn a_write_loop_nobody_reports_is_caught_by_the_soft_bound() {
+    // Eight writes in 120 s are fine; the ninth with nothing visible is not.
+    assert_eq!(
+        write_bound_violations(8, Duration::from_secs(10)),
+        Vec::new()
+    );
+    let found = write_bound_violations(9, Duration::from_secs(10));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .detail
+            .starts_with("9 writes of baseline within 120.000s"),
+        "{}",
+        found[0]
+    );
+    // One every 20 s is below the soft rate, however long it lasts.
+    assert_eq!(
+        write_bound_violations(20, Duration::from_secs(20)),
+        Vec::new()
+    );
+}
+
+#[test]
+fn a_hot_loop_is_caught_by_the_hard_bound_once() {
+    // 10 + 10 s / 5 s = 12 writes within 10 s at most.
+    let found = write_bound_violations(100, Duration::from_millis(100));
+    let hard: Vec<_> = found
+        .iter()
+        .filter(|v| v.detail.contains("more than the bound"))
+        .collect();
+    assert_eq!(hard.len(), 1, "{found:?}");
+    assert!(
+        hard[0]
+            .detail
+            .starts_with("13 writes of baseline within 10.000s"),
+        "{}",
+        hard[0]
+    );
+}

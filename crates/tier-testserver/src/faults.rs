@@ -150,6 +150,31 @@ impl Fault {
         .retry_after(retry_after)
     }
 
+    /// 403 Forbidden from RBAC for `verb` on Tiers, worded as kube-apiserver words it for
+    /// `user` (`... cannot create resource "tiers" in API group "crd.antrea.io" at the cluster
+    /// scope`), so a client can read the missing permission from it. RBAC cannot restrict
+    /// `create` by object name: leave [`name`](Self::name) unset for a create.
+    pub fn forbidden(verb: Verb, user: &str) -> Self {
+        let verb_name = match verb {
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Get => "get",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+        };
+        Self::status(
+            verb,
+            403,
+            "Forbidden",
+            &format!(
+                "tiers.crd.antrea.io is forbidden: User \"{user}\" cannot {verb_name} resource \
+                 \"tiers\" in API group \"crd.antrea.io\" at the cluster scope"
+            ),
+        )
+    }
+
     /// Apply the request, then answer 504 Timeout (the write happened, the client can't know).
     pub fn lose_response(verb: Verb) -> Self {
         Self::new(
@@ -328,6 +353,28 @@ mod tests {
         assert!(faults.remove(id));
         assert!(!faults.remove(id));
         assert_eq!(faults.take(Verb::List, None), None);
+    }
+
+    #[test]
+    #[allow(clippy::panic)]
+    fn forbidden_names_the_verb_as_rbac_does() {
+        let f = Fault::forbidden(Verb::Create, "system:serviceaccount:kube-system:tierd").forever();
+        let FaultAction::Status {
+            code,
+            reason,
+            message,
+            ..
+        } = &f.action
+        else {
+            panic!("{f:?}");
+        };
+        assert_eq!((*code, reason.as_str()), (403, "Forbidden"));
+        assert_eq!(
+            message,
+            "tiers.crd.antrea.io is forbidden: User \"system:serviceaccount:kube-system:tierd\" \
+             cannot create resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope"
+        );
+        assert_eq!(f.times, None);
     }
 
     #[test]
