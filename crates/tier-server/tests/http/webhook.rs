@@ -739,29 +739,37 @@ async fn the_table_stays_bounded_under_100k_distinct_forged_names() {
     f.server.stop().await.unwrap();
 }
 
-/// Everything logged at INFO and above while `run` runs, on this thread.
+thread_local! {
+    static CAPTURED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Everything logged at INFO and above by this thread while `run` runs. One global subscriber
+/// writes each thread's lines to that thread's buffer (a scoped subscriber per test races with
+/// tracing's callsite cache when tests run in parallel).
 fn logs_of<T>(run: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Buffer {
+    struct ThisThread;
+    impl std::io::Write for ThisThread {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
+            CAPTURED.with(|c| c.borrow_mut().extend_from_slice(bytes));
             Ok(bytes.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let buffer = Buffer::default();
-    let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, run);
-    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-    (out, text)
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(|| ThisThread)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    CAPTURED.with(|c| c.borrow_mut().clear());
+    let out = run();
+    let text = CAPTURED.with(|c| String::from_utf8(std::mem::take(&mut *c.borrow_mut())));
+    (out, text.unwrap())
 }
 
 #[tokio::test]
@@ -813,6 +821,12 @@ async fn a_huge_name_costs_a_bounded_log_line_and_response() {
             &response[..200]
         );
         assert!(!logged.is_empty(), "nothing logged for {}", &text[..200]);
+        println!(
+            "{} bytes of review: {} bytes of answer, {} bytes of log",
+            text.len(),
+            response.len(),
+            logged.len()
+        );
         assert!(logged.len() < 4096, "{} bytes of log", logged.len());
     }
     f.server.stop().await.unwrap();
