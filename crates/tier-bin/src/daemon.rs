@@ -56,11 +56,11 @@ const SECRET_RETRY: Duration = Duration::from_secs(2);
 const DRAIN_LIMIT: Duration = Duration::from_millis(800);
 
 /// The admission policy for `desired` under `rules`: Antrea's six names and every desired name
-/// are protected from deletion (a custom set adds to Antrea's, never replaces them), and `user`
-/// may change priorities.
+/// are protected from deletion (a custom set adds to Antrea's, never replaces them), each
+/// desired priority belongs to its Tier, and `user` may change priorities.
 pub fn policy(desired: &DesiredSet, user: &str, rules: ValidationRules) -> AdmissionPolicy {
     AdmissionPolicy::antrea(user)
-        .protect(desired.tiers().iter().map(|t| t.name.clone()))
+        .desire(desired)
         .with_rules(rules)
 }
 

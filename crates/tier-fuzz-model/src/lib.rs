@@ -31,6 +31,24 @@ pub const SYSTEM: [(&str, i64); 6] = [
 /// The priorities Antrea reserves (no Tier may be created with them).
 pub const RESERVED: [i64; 4] = [251, 252, 254, 255];
 
+/// The longest `request.uid` the webhook echoes; a longer one is refused.
+pub const MAX_UID_BYTES: usize = 128;
+
+/// Whether `name` is a DNS-1123 subdomain (Kubernetes' rule for object names), written apart
+/// from the webhook's check: at most 253 bytes of dot-separated labels, each of lowercase
+/// letters, digits and `-`, starting and ending with a letter or digit.
+pub fn is_dns1123_subdomain(name: &str) -> bool {
+    let label = |l: &str| {
+        let edge =
+            |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        edge(l.chars().next())
+            && edge(l.chars().last())
+            && l.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    };
+    (1..=253).contains(&name.len()) && name.split('.').all(label)
+}
+
 /// `Some` one time in ten, so that replaced parts do not drown the well-formed reviews.
 fn rarely<'a, T: Arbitrary<'a>>(u: &mut Unstructured<'a>) -> arbitrary::Result<Option<T>> {
     // Out of bytes, `int_in_range` gives its start: the common case.
@@ -353,20 +371,33 @@ impl Kind {
     }
 }
 
-/// A Tier name: one of the cached system Tiers (to hit overlaps and deletions), or any string.
-#[derive(Arbitrary, Clone, Debug)]
+/// A Tier name: one of the cached system Tiers (to hit overlaps and deletions), a valid user
+/// name, or any string (most are not DNS-1123 subdomains, which the webhook refuses).
+#[derive(Clone, Debug)]
 pub enum Name {
     /// The system Tier at this index (modulo six).
     System(u8),
+    /// A valid name, `tier-<n>`.
+    Valid(String),
     /// Any string.
     Any(String),
+}
+
+impl<'a> Arbitrary<'a> for Name {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u.int_in_range(0..=3u8)? {
+            0 | 1 => Name::System(u.arbitrary()?),
+            2 => Name::Valid(format!("tier-{}", u.arbitrary::<u16>()?)),
+            _ => Name::Any(u.arbitrary()?),
+        })
+    }
 }
 
 impl Name {
     fn text(&self) -> &str {
         match self {
             Name::System(i) => SYSTEM[usize::from(*i) % SYSTEM.len()].0,
-            Name::Any(s) => s,
+            Name::Valid(s) | Name::Any(s) => s,
         }
     }
 
@@ -601,6 +632,8 @@ pub enum Expected {
     /// The request lacks a priority: code 400, the message naming this field
     /// (`object` or `oldObject`).
     BadRequest(&'static str),
+    /// The Tier's name is not a DNS-1123 subdomain: code 400.
+    InvalidName,
 }
 
 impl Review {
@@ -682,7 +715,7 @@ impl Review {
         self.json().depth() <= 100
             && matches!(self.envelope, Envelope::V1)
             && self.request_garbage.is_none()
-            && self.uid.fits(false, |_| true)
+            && self.uid.fits(false, |uid| uid.len() <= MAX_UID_BYTES)
             && self.kind.fits(false, |_| true)
             && self.name.fits(true, |_| true)
             && self
@@ -712,6 +745,12 @@ impl Review {
                 .and_then(|o| o.name.value())
                 .map_or("", Name::text),
         };
+        if matches!(self.operation.value(), Some(Operation::Connect)) {
+            return Expected::Allowed;
+        }
+        if !is_dns1123_subdomain(name) {
+            return Expected::InvalidName;
+        }
         let user = self
             .user
             .value()

@@ -25,6 +25,7 @@ fn random_bytes_give_well_formed_reviews_of_every_verdict() {
         (0, 0, 0, 0, 0, 0);
     let mut updates_denied = 0;
     let mut deletes_denied = 0;
+    let mut invalid_names = 0;
     const N: u64 = 2000;
     for seed in 0..N {
         let data = bytes(seed, usize::try_from(seed % 2048).unwrap());
@@ -45,12 +46,13 @@ fn random_bytes_give_well_formed_reviews_of_every_verdict() {
                 deletes_denied += usize::from(message.starts_with("cannot delete reserved tier"));
             }
             Expected::BadRequest(_) => bad += 1,
+            Expected::InvalidName => invalid_names += 1,
         }
     }
     println!(
         "{well_formed}/{N} well-formed: {allowed} allowed, {rules} denied by a rule \
          ({reserved} reserved, {overlaps} overlaps, {updates_denied} updates, \
-         {deletes_denied} deletes), {bad} without a priority"
+         {deletes_denied} deletes), {bad} without a priority, {invalid_names} invalid names"
     );
     // About one in six is well-formed (the rest has a part replaced, a number beyond f64, ...);
     // the verdict proptest runs 1024 cases for it.
@@ -65,6 +67,7 @@ fn random_bytes_give_well_formed_reviews_of_every_verdict() {
         ("update", updates_denied),
         ("delete", deletes_denied),
         ("bad request", bad),
+        ("invalid name", invalid_names),
     ] {
         assert!(count >= 5, "only {count} {what} verdicts in {N} reviews");
     }

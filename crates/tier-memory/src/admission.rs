@@ -83,6 +83,7 @@ impl Admission {
             rules: self.rules.clone(),
             protected_names: BTreeSet::new(),
             controller_user: String::new(),
+            desired_priorities: BTreeMap::new(),
         };
         let request = Request::Create {
             name: &tier.name,

@@ -3,17 +3,19 @@
 //! It answers `admission.k8s.io/v1` AdmissionReviews for Tier CREATE, UPDATE and DELETE with
 //! [`tier_core::admission::review`] (Antrea's rules, one shared copy) against the Tier cache, a
 //! [`TierLister`]'s snapshot, and for DELETE against two policy caches ([`PolicyReferences`]).
-//! Denials carry Antrea's messages word for word; kube-apiserver turns them into
-//! `400 admission webhook "tiervalidator.antrea.io" denied the request: <message>`.
+//! Denials of Antrea's rules carry Antrea's messages word for word; kube-apiserver turns them
+//! into `400 admission webhook "tiervalidator.antrea.io" denied the request: <message>`.
 //!
 //! | request | needs | answer |
 //! |---|---|---|
-//! | CREATE | [`Webhook::REQUIRES`]: `tier-cache-synced` | the 20-priority limit, reserved priorities, 220 with the `ClusterNetworkPolicy` gate, overlap with cached Tiers **and reservations** |
+//! | CREATE | [`Webhook::REQUIRES`]: `tier-cache-synced` | the 20-priority limit, reserved priorities, 220 with the `ClusterNetworkPolicy` gate, overlap with cached Tiers; then a desired Tier's priority while the cache lacks that Tier, and **reservations** |
 //! | UPDATE | [`Webhook::REQUIRES`] | only the controller user may change a priority |
 //! | DELETE | [`Webhook::DELETE_REQUIRES`]: also `acnp-cache-synced`, `annp-cache-synced` | reserved names, then Tiers referenced by ClusterNetworkPolicies, then by NetworkPolicies |
+//! | a Tier name that is not a DNS-1123 subdomain | nothing | denied, code 400 (kube-apiserver never sends one) |
 //! | other operations, other kinds | nothing | allowed (the webhook is registered for Tiers only) |
 //! | before its caches are synced | | denied: [`NOT_SYNCED`] or [`POLICIES_NOT_SYNCED`], code 503, `ServiceUnavailable`, retry after 1 s |
-//! | not an AdmissionReview v1 | | HTTP 400 with the reason, no review |
+//! | not an AdmissionReview v1, or a uid over [`MAX_UID_BYTES`] | | HTTP 400 with the reason, no review |
+//! | a body over [`MAX_REVIEW_BYTES`] | | HTTP 413 with the reason |
 //!
 //! # Per-operation dependencies
 //!
@@ -28,13 +30,26 @@
 //!
 //! Antrea checks overlap against its cache, so two creates at one priority reviewed before
 //! either reaches the cache both pass. This webhook reviews through a shared
-//! [`ReservationTable`]: a CREATE it admits (or an UPDATE moving a Tier) holds its priority until
-//! the cache shows the Tier there or the TTL passes, and reviews are serialized on the table, so
-//! two creates at one priority through one tierd cannot both pass. tierd's own successful writes
-//! go into the same table at once ([`ReservingWriter`]). The window that remains: with several
-//! webhook replicas, each has its own table, and two creates reviewed by *different* replicas
-//! within one cache-propagation delay (typically milliseconds to a second) can still both pass,
-//! as with Antrea.
+//! [`ReservationTable`]: a CREATE it admits holds its priority until the cache shows the Tier
+//! there or the TTL passes, and reviews are serialized on the table, so two creates at one
+//! priority through one tierd cannot both pass. tierd's own successful writes (creates and
+//! priority updates) go into the same table at once ([`ReservingWriter`]). The window that
+//! remains: with several webhook replicas, each has its own table, and two creates reviewed by
+//! *different* replicas within one cache-propagation delay (typically milliseconds to a second)
+//! can still both pass, as with Antrea.
+//!
+//! # Callers that forge reviews
+//!
+//! Without client authentication anyone who reaches the port can send a review, claiming any
+//! user. So a review changes nothing a forger could use against anyone else (see
+//! [`Reservations`]): UPDATE and DELETE reviews change no state; a CREATE reserves only below the
+//! priority limit and never takes a desired Tier's priority ([`AdmissionPolicy::desire`]); names
+//! must be valid. Every cost is bounded: the body ([`MAX_REVIEW_BYTES`]), the decoded review (a
+//! typed struct of the fields the rules read, strings borrowed from the body), the response
+//! (only the uid is echoed, at most [`MAX_UID_BYTES`]), every caller-controlled field in a
+//! message or log line ([`Truncated`]), and the number of log lines: denials, refusals and
+//! reviews of unexpected kinds share a budget of [`LOG_BURST`] lines, then one per
+//! [`LOG_REFILL`]; the next line logged says how many were suppressed.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -50,6 +65,7 @@
 //! # }
 //! ```
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -57,23 +73,51 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube_core::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
+    AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
 };
 use kube_core::{DynamicObject, Status as ApiStatus, response::StatusDetails};
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use tier_core::admission::{
-    AdmissionPolicy, Denial, ReferenceIndex, References, Request, Reservation, Reservations,
+    AdmissionPolicy, Denial, ReferenceIndex, References, Request, Reservation,
+    ReservationConfigError, Reservations, Truncated,
 };
+use tier_core::spec::check_dns1123_subdomain;
 use tier_core::{TierLister, TierSpec, TierWriter, WriteError};
 
 use crate::readiness::{ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, Gate, Readiness, TIER_CACHE_SYNCED};
 
 /// The path of the webhook.
 pub const PATH: &str = "/validate/tier";
+
+/// The largest AdmissionReview body the webhook reads: 1 MiB, answered `413` beyond.
+///
+/// A review of a Tier is a few KiB (about 1.5 KiB for a CREATE, twice that for an UPDATE, which
+/// carries `object` and `oldObject`; each `managedFields` entry adds a few hundred bytes). The
+/// API server caps an object's annotations at 256 KiB in all, so an UPDATE of two maximally
+/// annotated copies is 512 KiB; 1 MiB leaves as much again for `managedFields`, a long
+/// description and the envelope. kube-apiserver's own cap (3 MiB for any request body) would let
+/// one connection hold three times as much for nothing a Tier needs.
+pub const MAX_REVIEW_BYTES: usize = 1 << 20;
+
+/// The longest `request.uid` accepted (kube-apiserver sends a 36-byte UUID); a longer one is
+/// refused with HTTP 400, so a response never echoes more than this.
+pub const MAX_UID_BYTES: usize = 128;
+
+/// Log lines for denials, refusals and unexpected kinds allowed at once.
+pub const LOG_BURST: u64 = 20;
+
+/// After [`LOG_BURST`], one more log line per this period; the rest are counted.
+pub const LOG_REFILL: Duration = Duration::from_secs(1);
+
+/// The longest caller-controlled message (a decoding error quoting the body) shown in full.
+const MAX_DETAIL_BYTES: usize = 512;
 
 /// The message of the denial sent before the Tier cache has synced.
 pub const NOT_SYNCED: &str = "tier cache not synced yet; retry shortly";
@@ -83,15 +127,21 @@ pub const POLICIES_NOT_SYNCED: &str = "Antrea policy caches not synced yet, so w
                                        still references this Tier is unknown; retry shortly";
 
 /// A body that is not a reviewable AdmissionReview: answered with HTTP 400 and no review, since
-/// there is no uid to echo. Not retryable: the caller must send a valid review.
+/// there is no uid to echo. Not retryable: the caller must send a valid review. Every part the
+/// caller wrote is shown [`Truncated`].
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
     /// The body is not JSON of an AdmissionReview.
-    #[error("malformed AdmissionReview: {0}; send an admission.k8s.io/v1 AdmissionReview")]
+    #[error(
+        "malformed AdmissionReview: {}; send an admission.k8s.io/v1 AdmissionReview",
+        truncated_error(.0)
+    )]
     Malformed(#[source] serde_json::Error),
     /// Another apiVersion or kind than `admission.k8s.io/v1` `AdmissionReview`.
     #[error(
-        "unsupported {kind} {api_version}; configure the webhook with admissionReviewVersions: [v1]"
+        "unsupported {} {}; configure the webhook with admissionReviewVersions: [v1]",
+        Truncated::new(kind),
+        Truncated::new(api_version)
     )]
     Unsupported {
         /// The apiVersion sent.
@@ -102,11 +152,23 @@ pub enum ReviewError {
     /// The review has no `request`.
     #[error("the AdmissionReview has no request; send one with request.uid and request.operation")]
     NoRequest,
+    /// `request.uid` is longer than [`MAX_UID_BYTES`].
+    #[error(
+        "request.uid is {len} bytes long, over the {MAX_UID_BYTES} a response may echo; \
+         kube-apiserver sends a UUID"
+    )]
+    UidTooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+fn truncated_error(error: &serde_json::Error) -> String {
+    Truncated::with_max(&error.to_string(), MAX_DETAIL_BYTES).to_string()
 }
 
 impl IntoResponse for ReviewError {
     fn into_response(self) -> Response {
-        tracing::warn!(error = %self, "refused a malformed admission review");
         (StatusCode::BAD_REQUEST, format!("{self}\n")).into_response()
     }
 }
@@ -152,7 +214,7 @@ type Now = Arc<dyn Fn() -> Instant + Send + Sync>;
 
 /// A [`Reservations`] table shared by every review of one process and by its own writer
 /// ([`ReservingWriter`]); see the [module docs](self#reservations). Cheap to clone; clones share
-/// one table.
+/// one table and one clock (the webhook's log budget reads it too).
 #[derive(Clone)]
 pub struct ReservationTable {
     table: Arc<Mutex<Reservations>>,
@@ -168,34 +230,59 @@ impl fmt::Debug for ReservationTable {
 }
 
 impl Default for ReservationTable {
+    /// A table with [`Reservations::DEFAULT_TTL`], on tokio's clock.
     fn default() -> Self {
-        Self::new(Reservations::DEFAULT_TTL)
+        Self::from_table(Reservations::default(), tokio_now)
     }
+}
+
+fn tokio_now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 impl ReservationTable {
     /// A table whose reservations last `ttl`, on tokio's clock (virtual under a paused clock).
-    pub fn new(ttl: Duration) -> Self {
-        Self::with_clock(ttl, || tokio::time::Instant::now().into_std())
+    ///
+    /// # Errors
+    ///
+    /// [`ReservationConfigError`] when `ttl` is zero or over [`Reservations::MAX_TTL`].
+    pub fn new(ttl: Duration) -> Result<Self, ReservationConfigError> {
+        Self::with_clock(ttl, tokio_now)
     }
 
     /// A table whose reservations last `ttl`, reading time from `now`.
-    pub fn with_clock(ttl: Duration, now: impl Fn() -> Instant + Send + Sync + 'static) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`ReservationConfigError`] when `ttl` is zero or over [`Reservations::MAX_TTL`].
+    pub fn with_clock(
+        ttl: Duration,
+        now: impl Fn() -> Instant + Send + Sync + 'static,
+    ) -> Result<Self, ReservationConfigError> {
+        Ok(Self::from_table(Reservations::new(ttl)?, now))
+    }
+
+    fn from_table(table: Reservations, now: impl Fn() -> Instant + Send + Sync + 'static) -> Self {
         Self {
-            table: Arc::new(Mutex::new(Reservations::new(ttl))),
+            table: Arc::new(Mutex::new(table)),
             now: Arc::new(now),
         }
     }
 
-    /// Marks `priority` as taken by `name` at once (a write known to have succeeded).
+    /// Marks `priority` as taken by `name` at once (a write of this process known to have
+    /// succeeded).
     pub fn reserve(&self, name: &str, priority: i64) {
-        let now = (self.now)();
+        let now = self.now();
         self.lock().reserve(name, priority, now);
     }
 
     /// The reservations held (including lapsed ones not yet pruned by a review).
     pub fn held(&self) -> Vec<Reservation> {
         self.lock().held().to_vec()
+    }
+
+    fn now(&self) -> Instant {
+        (self.now)()
     }
 
     /// Reviews `request` against `existing` and the reservations, reserving what it admits
@@ -207,9 +294,10 @@ impl ReservationTable {
         existing: impl IntoIterator<Item = (&'a str, i64)>,
         dry_run: bool,
     ) -> Result<(), Denial> {
-        let now = (self.now)();
+        let now = self.now();
         let mut table = self.lock();
         if dry_run {
+            // At most one entry per priority: a cheap copy.
             return table.clone().review(policy, request, existing, now);
         }
         table.review(policy, request, existing, now)
@@ -217,6 +305,47 @@ impl ReservationTable {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Reservations> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A token bucket for log lines: [`LOG_BURST`] at once, then one per [`LOG_REFILL`], counting
+/// what it turns away. Pure: time comes in as values.
+#[derive(Debug)]
+struct LogBudget {
+    tokens: u64,
+    refilled: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogBudget {
+    const fn new() -> Self {
+        Self {
+            tokens: LOG_BURST,
+            refilled: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(n)` when a line may be logged at `now` (`n` lines were suppressed since the last
+    /// one), `None` when it must not (it is counted).
+    fn take(&mut self, now: Instant) -> Option<u64> {
+        let last = *self.refilled.get_or_insert(now);
+        let periods = now.saturating_duration_since(last).as_nanos() / LOG_REFILL.as_nanos();
+        if periods > 0 {
+            let periods = u64::try_from(periods).unwrap_or(u64::MAX);
+            self.tokens = self.tokens.saturating_add(periods).min(LOG_BURST);
+            let advance = u32::try_from(periods)
+                .ok()
+                .and_then(|p| LOG_REFILL.checked_mul(p))
+                .and_then(|d| last.checked_add(d));
+            self.refilled = Some(advance.unwrap_or(now));
+        }
+        if self.tokens == 0 {
+            self.suppressed = self.suppressed.saturating_add(1);
+            return None;
+        }
+        self.tokens -= 1;
+        Some(std::mem::take(&mut self.suppressed))
     }
 }
 
@@ -251,14 +380,225 @@ impl<W: TierWriter> TierWriter for ReservingWriter<W> {
     }
 }
 
-/// The Tier validating webhook: the Tier cache, the policy caches, Antrea's policy, the
-/// reservations and the readiness gates.
+// ---------------------------------------------------------------------------------------------
+// The review as read: exactly the fields the rules use, strings borrowed from the body where
+// they have no escapes; every other field is skipped without being built.
+
+/// A string borrowed from the body when it can be.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+#[derive(Deserialize)]
+struct ReviewIn<'a> {
+    #[serde(rename = "apiVersion", borrow)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    request: Option<RequestIn<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RequestIn<'a> {
+    #[serde(borrow)]
+    uid: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: KindIn<'a>,
+    #[serde(default, borrow)]
+    name: Cow<'a, str>,
+    operation: OperationIn,
+    #[serde(rename = "userInfo", borrow)]
+    user_info: UserIn<'a>,
+    #[serde(default, borrow)]
+    object: Option<TierIn<'a>>,
+    #[serde(rename = "oldObject", default, borrow)]
+    old_object: Option<TierIn<'a>>,
+    #[serde(rename = "dryRun", default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct KindIn<'a> {
+    #[serde(borrow)]
+    group: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "UPPERCASE")]
+enum OperationIn {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+#[derive(Deserialize)]
+struct UserIn<'a> {
+    #[serde(default, borrow)]
+    username: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TierIn<'a> {
+    #[serde(default, borrow)]
+    metadata: Option<MetaIn<'a>>,
+    #[serde(default)]
+    spec: Option<SpecIn>,
+}
+
+#[derive(Deserialize)]
+struct MetaIn<'a> {
+    #[serde(default, borrow)]
+    name: Option<Text<'a>>,
+}
+
+/// `spec` of any JSON type: `priority` is what `serde_json::Value::as_i64` makes of the last
+/// `priority` key of an object (an integer that fits an `i64`), else none.
+#[derive(Default)]
+struct SpecIn {
+    priority: Option<i64>,
+}
+
+impl<'de> Deserialize<'de> for SpecIn {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SpecVisitor;
+        impl<'de> Visitor<'de> for SpecVisitor {
+            type Value = SpecIn;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a Tier spec")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SpecIn, A::Error> {
+                let mut priority = None;
+                while let Some(IsPriority(is_priority)) = map.next_key()? {
+                    if is_priority {
+                        priority = map.next_value::<AnyInt>()?.0;
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(SpecIn { priority })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<SpecIn, A::Error> {
+                IgnoredAny.visit_seq(seq)?;
+                Ok(SpecIn::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<SpecIn, E> {
+                Ok(SpecIn::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<SpecIn, E> {
+                Ok(SpecIn::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<SpecIn, E> {
+                Ok(SpecIn::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<SpecIn, E> {
+                Ok(SpecIn::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<SpecIn, E> {
+                Ok(SpecIn::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<SpecIn, E> {
+                Ok(SpecIn::default())
+            }
+        }
+        deserializer.deserialize_any(SpecVisitor)
+    }
+}
+
+/// A map key: whether it is `priority`.
+struct IsPriority(bool);
+
+impl<'de> Deserialize<'de> for IsPriority {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = IsPriority;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<IsPriority, E> {
+                Ok(IsPriority(key == "priority"))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Any JSON value; `Some` only for an integer that fits an `i64` (as `Value::as_i64`).
+struct AnyInt(Option<i64>);
+
+impl<'de> Deserialize<'de> for AnyInt {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IntVisitor;
+        impl<'de> Visitor<'de> for IntVisitor {
+            type Value = AnyInt;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<AnyInt, E> {
+                Ok(AnyInt(Some(v)))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<AnyInt, E> {
+                Ok(AnyInt(i64::try_from(v).ok()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<AnyInt, E> {
+                Ok(AnyInt(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<AnyInt, E> {
+                Ok(AnyInt(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<AnyInt, E> {
+                Ok(AnyInt(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<AnyInt, E> {
+                Ok(AnyInt(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<AnyInt, A::Error> {
+                IgnoredAny.visit_seq(seq)?;
+                Ok(AnyInt(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<AnyInt, A::Error> {
+                IgnoredAny.visit_map(map)?;
+                Ok(AnyInt(None))
+            }
+        }
+        deserializer.deserialize_any(IntVisitor)
+    }
+}
+
+impl RequestIn<'_> {
+    fn user(&self) -> &str {
+        self.user_info.username.as_ref().map_or("", |u| &u.0)
+    }
+
+    /// The Tier's name: the request's, else the object's (on a CREATE with `generateName`
+    /// kube-apiserver sends the generated name in the object only).
+    fn tier_name(&self) -> &str {
+        if !self.name.is_empty() {
+            return &self.name;
+        }
+        self.object
+            .as_ref()
+            .or(self.old_object.as_ref())
+            .and_then(|o| o.metadata.as_ref())
+            .and_then(|m| m.name.as_ref())
+            .map_or("", |n| &n.0)
+    }
+}
+
+/// The Tier validating webhook: the Tier cache, the policy caches, the admission policy (which
+/// knows the desired set, [`AdmissionPolicy::desire`]), the reservations, the log budget and
+/// the readiness gates.
 #[derive(Clone)]
 pub struct Webhook {
     lister: Arc<dyn TierLister>,
     references: Option<PolicyReferences>,
     policy: Arc<AdmissionPolicy>,
     reservations: ReservationTable,
+    log: Arc<Mutex<LogBudget>>,
     gate: Gate,
     delete_gate: Gate,
 }
@@ -288,7 +628,7 @@ struct Refusal {
 }
 
 impl Refusal {
-    /// One of Antrea's rules: message only, as Antrea sends it (400 at the client).
+    /// One of the rules: message only, as Antrea sends it (400 at the client).
     fn rule(Denial(message): Denial) -> Self {
         Self {
             message,
@@ -358,6 +698,7 @@ impl Webhook {
             references: None,
             policy: Arc::new(policy),
             reservations: ReservationTable::default(),
+            log: Arc::new(Mutex::new(LogBudget::new())),
             gate: readiness.gate(Self::REQUIRES),
             delete_gate: readiness.gate(Self::DELETE_REQUIRES),
         }
@@ -370,7 +711,7 @@ impl Webhook {
     }
 
     /// Reviews through `table` (share it with a [`ReservingWriter`] around this process's
-    /// writer).
+    /// writer); the log budget reads its clock too.
     pub fn reservations(mut self, table: ReservationTable) -> Self {
         self.reservations = table;
         self
@@ -385,71 +726,128 @@ impl Webhook {
         }
     }
 
-    /// The route `POST /validate/tier`.
+    /// The route `POST /validate/tier`, reading at most [`MAX_REVIEW_BYTES`] of body.
     pub fn routes(self) -> Router {
-        Router::new().route(PATH, post(handle)).with_state(self)
+        Router::new()
+            .route(PATH, post(handle))
+            .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+            .with_state(self)
     }
 
-    /// Reviews the JSON `body` of an AdmissionReview request and returns the response review.
+    /// Reviews the JSON `body` of an AdmissionReview request and returns the response review,
+    /// which echoes only the request's uid.
     ///
     /// # Errors
     ///
     /// [`ReviewError`] when the body is not an `admission.k8s.io/v1` AdmissionReview with a
-    /// request.
+    /// request whose uid is at most [`MAX_UID_BYTES`].
     pub fn review_json(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
-        let review: AdmissionReview<DynamicObject> =
-            serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
-        self.review(review)
+        let result = self.decode_and_review(body);
+        if let Err(error) = &result {
+            self.limited(|| tracing::warn!(error = %error, "refused a malformed admission review"));
+        }
+        result
     }
 
-    /// Reviews an AdmissionReview request and returns the response review (echoing the uid).
-    ///
-    /// # Errors
-    ///
-    /// [`ReviewError`] when it is not an `admission.k8s.io/v1` AdmissionReview with a request.
-    pub fn review(
+    fn decode_and_review(
         &self,
-        review: AdmissionReview<DynamicObject>,
+        body: &[u8],
     ) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
-        if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
+        let review: ReviewIn<'_> = serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
+        if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
             return Err(ReviewError::Unsupported {
-                api_version: review.types.api_version,
-                kind: review.types.kind,
+                api_version: Truncated::new(&review.api_version).to_string(),
+                kind: Truncated::new(&review.kind).to_string(),
             });
         }
-        let request: AdmissionRequest<DynamicObject> =
-            review.try_into().map_err(|_| ReviewError::NoRequest)?;
-        let user = request.user_info.username.as_deref().unwrap_or_default();
-        let response = AdmissionResponse::from(&request);
-        let response = match self.verdict(&request) {
+        let request = review.request.ok_or(ReviewError::NoRequest)?;
+        if request.uid.len() > MAX_UID_BYTES {
+            return Err(ReviewError::UidTooLong {
+                len: request.uid.len(),
+            });
+        }
+        let mut response = AdmissionResponse::invalid("");
+        response.uid = request.uid.clone().into_owned();
+        match self.verdict(&request) {
             Verdict::Allow => {
-                tracing::debug!(uid = %request.uid, operation = ?request.operation, name = %request.name, user, "allowed");
-                response
+                tracing::debug!(
+                    uid = %Truncated::new(&request.uid),
+                    operation = ?request.operation,
+                    name = %Truncated::new(request.tier_name()),
+                    user = %Truncated::new(request.user()),
+                    "allowed"
+                );
+                response.allowed = true;
+                response.result = ApiStatus::default();
             }
             Verdict::Deny(refusal) => {
-                tracing::info!(uid = %request.uid, operation = ?request.operation, name = %request.name, user, message = %refusal.message, "denied");
-                let mut response = response.deny(&refusal.message);
+                self.limited(|| {
+                    tracing::info!(
+                        uid = %Truncated::new(&request.uid),
+                        operation = ?request.operation,
+                        name = %Truncated::new(request.tier_name()),
+                        user = %Truncated::new(request.user()),
+                        message = %Truncated::with_max(&refusal.message, MAX_DETAIL_BYTES),
+                        "denied"
+                    );
+                });
+                response.allowed = false;
                 response.result = refusal.into_status();
-                response
             }
-        };
+        }
         Ok(response.into_review())
     }
 
-    fn verdict(&self, request: &AdmissionRequest<DynamicObject>) -> Verdict {
+    /// Runs `log` if the log budget allows a line now, first saying how many were suppressed.
+    fn limited(&self, log: impl FnOnce()) {
+        let now = self.reservations.now();
+        let allowed = self
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(now);
+        match allowed {
+            None => {}
+            Some(0) => log(),
+            Some(suppressed) => {
+                tracing::info!(
+                    suppressed,
+                    "{suppressed} more admission denials and refusals were not logged (at most \
+                     {LOG_BURST} at once, then one per {LOG_REFILL:?})"
+                );
+                log();
+            }
+        }
+    }
+
+    fn verdict(&self, request: &RequestIn<'_>) -> Verdict {
         if request.kind.group != "crd.antrea.io" || request.kind.kind != "Tier" {
-            tracing::warn!(kind = ?request.kind, "the webhook received another kind than Tier; allowing it, check the ValidatingWebhookConfiguration rules");
+            self.limited(|| {
+                tracing::warn!(
+                    group = %Truncated::new(&request.kind.group),
+                    kind = %Truncated::new(&request.kind.kind),
+                    "the webhook received another kind than Tier; allowing it, check the \
+                     ValidatingWebhookConfiguration rules"
+                );
+            });
             return Verdict::Allow;
         }
-        if matches!(request.operation, Operation::Connect) {
+        if request.operation == OperationIn::Connect {
             return Verdict::Allow;
+        }
+        let name = request.tier_name();
+        if let Err(why) = check_dns1123_subdomain(name) {
+            return Verdict::Deny(Refusal::bad_request(format!(
+                "cannot review Tier {}: the name is not a valid DNS-1123 subdomain: {why}",
+                Truncated::new(name)
+            )));
         }
         let gate = match request.operation {
-            Operation::Delete => &self.delete_gate,
+            OperationIn::Delete => &self.delete_gate,
             _ => &self.gate,
         };
         if let Err(not_ready) = gate.check() {
-            tracing::debug!(uid = %request.uid, %not_ready, "review before its caches synced");
+            tracing::debug!(uid = %Truncated::new(&request.uid), %not_ready, "review before its caches synced");
             let tier_cache = not_ready.failed.iter().any(|r| r.name == TIER_CACHE_SYNCED);
             return Verdict::Deny(Refusal::not_synced(if tier_cache {
                 NOT_SYNCED
@@ -462,50 +860,42 @@ impl Webhook {
             return Verdict::Deny(Refusal::not_synced(NOT_SYNCED));
         };
         let existing = tiers.values().map(|t| (t.name.as_str(), t.priority));
-        let user = request.user_info.username.as_deref().unwrap_or_default();
-        let name = tier_name(request);
-        let dry_run = request.dry_run;
+        let dry_run = request.dry_run.unwrap_or(false);
         let outcome = match request.operation {
-            Operation::Create => {
-                let priority = match priority_of(request.object.as_ref(), "object", &name) {
+            OperationIn::Create => {
+                let priority = match priority_of(request.object.as_ref(), "object", name) {
                     Ok(p) => p,
                     Err(refusal) => return Verdict::Deny(refusal),
                 };
-                let create = Request::Create {
-                    name: &name,
-                    priority,
-                };
+                let create = Request::Create { name, priority };
                 self.reservations
                     .review(&self.policy, &create, existing, dry_run)
             }
-            Operation::Update => {
-                let old_priority =
-                    match priority_of(request.old_object.as_ref(), "oldObject", &name) {
-                        Ok(p) => p,
-                        Err(refusal) => return Verdict::Deny(refusal),
-                    };
-                let new_priority = match priority_of(request.object.as_ref(), "object", &name) {
+            OperationIn::Update => {
+                let old_priority = match priority_of(request.old_object.as_ref(), "oldObject", name)
+                {
+                    Ok(p) => p,
+                    Err(refusal) => return Verdict::Deny(refusal),
+                };
+                let new_priority = match priority_of(request.object.as_ref(), "object", name) {
                     Ok(p) => p,
                     Err(refusal) => return Verdict::Deny(refusal),
                 };
                 let update = Request::Update {
-                    name: &name,
+                    name,
                     old_priority,
                     new_priority,
-                    user,
+                    user: request.user(),
                 };
                 self.reservations
                     .review(&self.policy, &update, existing, dry_run)
             }
-            Operation::Delete | Operation::Connect => {
-                let Some(references) = self.references.as_ref().and_then(|r| r.references(&name))
+            OperationIn::Delete | OperationIn::Connect => {
+                let Some(references) = self.references.as_ref().and_then(|r| r.references(name))
                 else {
                     return Verdict::Deny(Refusal::not_synced(POLICIES_NOT_SYNCED));
                 };
-                let delete = Request::Delete {
-                    name: &name,
-                    references,
-                };
+                let delete = Request::Delete { name, references };
                 self.reservations
                     .review(&self.policy, &delete, existing, dry_run)
             }
@@ -517,31 +907,17 @@ impl Webhook {
     }
 }
 
-/// The Tier's name: the request's, else the object's (CREATE with generateName has neither).
-fn tier_name(request: &AdmissionRequest<DynamicObject>) -> String {
-    if !request.name.is_empty() {
-        return request.name.clone();
-    }
-    request
-        .object
-        .as_ref()
-        .or(request.old_object.as_ref())
-        .and_then(|o| o.metadata.name.clone())
-        .unwrap_or_default()
-}
-
 /// `spec.priority` of `object`, or a denial saying what is missing.
-fn priority_of(object: Option<&DynamicObject>, field: &str, name: &str) -> Result<i64, Refusal> {
+fn priority_of(object: Option<&TierIn<'_>>, field: &str, name: &str) -> Result<i64, Refusal> {
     let Some(object) = object else {
         return Err(Refusal::bad_request(format!(
             "cannot review Tier {name}: the request has no {field}"
         )));
     };
     object
-        .data
-        .get("spec")
-        .and_then(|spec| spec.get("priority"))
-        .and_then(serde_json::Value::as_i64)
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.priority)
         .ok_or_else(|| {
             Refusal::bad_request(format!(
                 "cannot review Tier {name}: {field}.spec.priority is missing or not an integer"
@@ -549,7 +925,21 @@ fn priority_of(object: Option<&DynamicObject>, field: &str, name: &str) -> Resul
         })
 }
 
-async fn handle(State(webhook): State<Webhook>, body: Bytes) -> Response {
+async fn handle(State(webhook): State<Webhook>, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the AdmissionReview is larger than {MAX_REVIEW_BYTES} bytes, the limit for \
+                     a review of a Tier; kube-apiserver sends a few KiB\n"
+                ),
+            )
+                .into_response();
+        }
+        Err(rejection) => return rejection.into_response(),
+    };
     let review = match webhook.review_json(&body) {
         Ok(review) => review,
         Err(error) => return error.into_response(),
@@ -571,5 +961,34 @@ async fn handle(State(webhook): State<Webhook>, body: Bytes) -> Response {
             )
                 .into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_budget_allows_a_burst_then_one_per_period_and_counts_the_rest() {
+        let mut budget = LogBudget::new();
+        let t0 = Instant::now();
+        for _ in 0..LOG_BURST {
+            assert_eq!(budget.take(t0), Some(0));
+        }
+        for _ in 0..1000 {
+            assert_eq!(budget.take(t0 + Duration::from_millis(999)), None);
+        }
+        // One period later: one line, which says 1000 were suppressed.
+        assert_eq!(budget.take(t0 + LOG_REFILL), Some(1000));
+        assert_eq!(budget.take(t0 + LOG_REFILL), None);
+        // A long quiet time refills the burst, no more.
+        let later = t0 + Duration::from_secs(3600);
+        for _ in 0..LOG_BURST {
+            assert!(budget.take(later).is_some());
+        }
+        assert_eq!(budget.take(later), None);
+        // A clock that goes backwards or jumps far ahead does not panic.
+        assert_eq!(budget.take(t0), None);
+        assert!(budget.take(t0 + Duration::from_secs(1 << 50)).is_some());
     }
 }

@@ -105,8 +105,14 @@ proptest! {
     fn arbitrary_bytes_never_panic(body in prop::collection::vec(any::<u8>(), 0..512)) {
         let webhook = webhook();
         if let Ok(answer) = review(&webhook, &body) {
-            let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            check_answer(&answer, sent["request"]["uid"].as_str().unwrap());
+            // Like the webhook, read only `request.uid` (ignored fields' strings are not
+            // validated).
+            #[derive(serde::Deserialize)]
+            struct Sent { request: SentRequest }
+            #[derive(serde::Deserialize)]
+            struct SentRequest { uid: String }
+            let sent: Sent = serde_json::from_slice(&body).unwrap();
+            check_answer(&answer, &sent.request.uid);
         }
     }
 
@@ -183,6 +189,17 @@ proptest! {
                     "{}",
                     response.result.message
                 );
+            }
+            Expected::InvalidName => {
+                prop_assert!(!response.allowed);
+                prop_assert_eq!(response.result.code, 400);
+                prop_assert!(
+                    response.result.message.contains("is not a valid DNS-1123 subdomain"),
+                    "{}",
+                    response.result.message
+                );
+                // The name is echoed at most truncated.
+                prop_assert!(response.result.message.len() < 2048);
             }
         }
     }

@@ -9,7 +9,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use tier_core::admission::{AdmissionPolicy, ReferenceIndex};
-use tier_core::{FixedLister, Snapshot, TierSpec, TierWriter, WriteError};
+use tier_core::{DesiredSet, FixedLister, Snapshot, TierSpec, TierWriter, WriteError};
 use tier_server::readiness::{
     self, ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED,
 };
@@ -28,6 +28,8 @@ struct Fixture {
     annps: Arc<FakeIndex>,
     reservations: ReservationTable,
     clock: Arc<std::sync::Mutex<std::time::Instant>>,
+    /// A clone of the served webhook (one table, one log budget), to call directly.
+    webhook: Webhook,
     server: Running,
 }
 
@@ -90,17 +92,24 @@ async fn fixture_with(snapshot: Snapshot, policy: AdmissionPolicy) -> Fixture {
     let clock = Arc::new(std::sync::Mutex::new(std::time::Instant::now()));
     let now = clock.clone();
     let reservations =
-        ReservationTable::with_clock(Duration::from_secs(10), move || *now.lock().unwrap());
+        ReservationTable::with_clock(Duration::from_secs(10), move || *now.lock().unwrap())
+            .unwrap();
     let webhook = Webhook::new(lister.clone(), policy, &readiness)
         .policy_references(PolicyReferences::new(acnps.clone(), annps.clone()))
         .reservations(reservations.clone());
-    let server = Running::plain(Routes::new(readiness).webhook(webhook).into_router()).await;
+    let server = Running::plain(
+        Routes::new(readiness)
+            .webhook(webhook.clone())
+            .into_router(),
+    )
+    .await;
     Fixture {
         lister,
         acnps,
         annps,
         reservations,
         clock,
+        webhook,
         server,
     }
 }
@@ -373,11 +382,14 @@ async fn an_admitted_priority_stays_taken_until_the_cache_shows_it_or_the_ttl_pa
     let f = fixture(system_tiers()).await;
     let s = &f.server;
     allowed(s, &create("u1", "first", 10)).await;
-    // The cache has not seen `first` yet; Antrea would allow this one too.
+    // The cache has not seen `first` yet; Antrea would allow this one too. The denial says it
+    // is a reservation, not a Tier in the cache.
+    f.advance(Duration::from_millis(120));
     denied(
         s,
         &create("u2", "second", 10),
-        "tier second priority 10 overlaps with existing Tier",
+        "tier second priority 10 is reserved by a create of Tier first admitted 120 ms ago, not \
+         yet visible",
     )
     .await;
     // A retry of the admitted create itself still passes.
@@ -387,12 +399,13 @@ async fn an_admitted_priority_stays_taken_until_the_cache_shows_it_or_the_ttl_pa
     denied(
         s,
         &create("u3b", "second", 10),
-        "tier second priority 10 overlaps with existing Tier",
+        "tier second priority 10 is reserved by a create of Tier first admitted 9000 ms ago, \
+         not yet visible",
     )
     .await;
     f.advance(Duration::from_secs(1));
     allowed(s, &create("u4", "second", 10)).await;
-    // This time it lands: the cache takes over and the reservation goes.
+    // This time it lands: the cache takes over (with Antrea's message) and the reservation goes.
     let mut tiers: Vec<_> = system_tiers().tiers.unwrap().values().cloned().collect();
     tiers.push(observed("second", 10));
     f.lister.set(Snapshot::synced(2, tiers));
@@ -407,14 +420,10 @@ async fn an_admitted_priority_stays_taken_until_the_cache_shows_it_or_the_ttl_pa
         "{:?}",
         f.reservations.held()
     );
-    // An update moving a Tier reserves its new priority; a dry run reserves nothing.
+    // An update moving a Tier reserves nothing (tierd's own updates enter through its writer);
+    // a dry run reserves nothing either.
     allowed(s, &update("u6", "baseline", CONTROLLER, (1, ""), (30, ""))).await;
-    denied(
-        s,
-        &create("u7", "x", 30),
-        "tier x priority 30 overlaps with existing Tier",
-    )
-    .await;
+    allowed(s, &create("u7", "x", 30)).await;
     let mut dry = create("u8", "y", 31);
     dry["request"]["dryRun"] = json!(true);
     allowed(s, &dry).await;
@@ -468,7 +477,8 @@ async fn tierds_own_writes_take_their_priority_at_once() {
     denied(
         &f.server,
         &create("u1", "squatter", 253),
-        "tier squatter priority 253 overlaps with existing Tier",
+        "tier squatter priority 253 is reserved by tierd's own write of Tier baseline stored 0 ms \
+         ago, not yet visible",
     )
     .await;
     writer
@@ -478,7 +488,8 @@ async fn tierds_own_writes_take_their_priority_at_once() {
     denied(
         &f.server,
         &create("u2", "squatter", 250),
-        "tier squatter priority 250 overlaps with existing Tier",
+        "tier squatter priority 250 is reserved by tierd's own write of Tier application \
+         stored 0 ms ago, not yet visible",
     )
     .await;
     f.server.stop().await.unwrap();
@@ -589,4 +600,268 @@ async fn other_kinds_are_allowed() {
     body["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
     allowed(&f.server, &body).await;
     f.server.stop().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forged reviews (issue 17): anyone who reaches the port can send a review claiming any user.
+
+/// tierd's policy: Antrea's, with Antrea's six as the desired set.
+fn tierd_policy() -> AdmissionPolicy {
+    AdmissionPolicy::antrea(CONTROLLER).desire(&DesiredSet::antrea())
+}
+
+/// Antrea's system Tiers without `absent` (deleted, or not created yet).
+fn system_without(absent: &str) -> Snapshot {
+    let tiers = system_tiers().tiers.unwrap();
+    Snapshot::synced(3, tiers.values().filter(|t| t.name != absent).cloned())
+}
+
+#[tokio::test]
+async fn a_forged_update_claiming_tierds_user_reserves_nothing() {
+    let f = fixture_with(system_tiers(), tierd_policy()).await;
+    // Admitted, as Antrea admits its controller's updates: but it must change nothing.
+    allowed(
+        &f.server,
+        &update("f1", "forged", CONTROLLER, (1, ""), (150, "")),
+    )
+    .await;
+    assert!(
+        f.reservations.held().is_empty(),
+        "{:?}",
+        f.reservations.held()
+    );
+    // networkops is deleted; tierd re-creates it at once.
+    f.lister.set(system_without("networkops"));
+    allowed(&f.server, &create("u1", "networkops", 150)).await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn fifteen_forged_updates_do_not_fill_the_priority_limit() {
+    let f = fixture_with(system_without("emergency"), tierd_policy()).await;
+    for i in 0..15 {
+        let forged = update(
+            &format!("f{i}"),
+            &format!("forged-{i}"),
+            CONTROLLER,
+            (1, ""),
+            (10 + i, ""),
+        );
+        allowed(&f.server, &forged).await;
+    }
+    // Five system Tiers in the cache, nothing reserved: emergency and a user Tier pass.
+    allowed(&f.server, &create("u1", "emergency", 50)).await;
+    allowed(&f.server, &create("u2", "mine", 42)).await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_create_only_forger_cannot_take_a_deleted_system_tiers_priority() {
+    for trial in 0..5 {
+        let f = fixture_with(system_without("networkops"), tierd_policy()).await;
+        // The forger in a tight loop, racing tierd's create of networkops.
+        let addr = f.server.addr;
+        let forger = tokio::spawn(async move {
+            let mut admitted = 0;
+            for i in 0..50 {
+                let body = create(&format!("f{i}"), &format!("squatter-{i}"), 150);
+                let review = post(addr, PATH, body.to_string()).await.json();
+                if review["response"]["allowed"] == true {
+                    admitted += 1;
+                } else {
+                    assert_eq!(
+                        review["response"]["status"]["message"],
+                        format!(
+                            "tier squatter-{i} priority 150 is reserved for the system Tier networkops"
+                        )
+                    );
+                }
+            }
+            admitted
+        });
+        tokio::task::yield_now().await;
+        allowed(&f.server, &create(&format!("t{trial}"), "networkops", 150)).await;
+        assert_eq!(forger.await.unwrap(), 0, "trial {trial}");
+        f.server.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn forged_deletes_and_updates_do_not_erase_a_legitimate_reservation() {
+    let f = fixture(system_tiers()).await;
+    allowed(&f.server, &create("u1", "mine", 42)).await;
+    // The forger erases "mine"'s reservation, as it would be if it were deleted or moved.
+    allowed(&f.server, &delete("f1", "mine")).await;
+    allowed(
+        &f.server,
+        &update("f2", "mine", CONTROLLER, (42, ""), (43, "")),
+    )
+    .await;
+    // The cache still lags: a second Tier at 42 must not pass.
+    f.advance(Duration::from_millis(5));
+    denied(
+        &f.server,
+        &create("u2", "other", 42),
+        "tier other priority 42 is reserved by a create of Tier mine admitted 5 ms ago, not yet \
+         visible",
+    )
+    .await;
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_table_stays_bounded_under_100k_distinct_forged_names() {
+    let f = fixture(Snapshot::synced(1, [])).await;
+    let long = "x".repeat(300);
+    // Bodies from two templates (building each with json! would dominate the run time).
+    let creates = create("UID", "NAME", 12345).to_string();
+    let updates = update("UID", "NAME", CONTROLLER, (12345, ""), (54321, "")).to_string();
+    for i in 0..100_000_i64 {
+        let name = match i % 3 {
+            0 => format!("forged-{i}"),
+            1 => format!("{long}-{i}"),
+            _ => format!("Forged_{i}"),
+        };
+        let priority = i % 256;
+        let template = if i % 2 == 0 { &creates } else { &updates };
+        let body = template
+            .replace("UID", &i.to_string())
+            .replace("NAME", &name)
+            .replace("12345", &priority.to_string())
+            .replace("54321", &(priority + 1).to_string());
+        let _ = f.webhook.review_json(body.as_bytes()).unwrap();
+        if i % 1000 == 0 {
+            let held = f.reservations.held().len();
+            assert!(held <= 20, "{held} reservations after {i} forged reviews");
+        }
+    }
+    assert_eq!(f.reservations.held().len(), 20);
+    f.server.stop().await.unwrap();
+}
+
+thread_local! {
+    static CAPTURED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Everything logged at INFO and above by this thread while `run` runs. One global subscriber
+/// writes each thread's lines to that thread's buffer (a scoped subscriber per test races with
+/// tracing's callsite cache when tests run in parallel).
+fn logs_of<T>(run: impl FnOnce() -> T) -> (T, String) {
+    struct ThisThread;
+    impl std::io::Write for ThisThread {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            CAPTURED.with(|c| c.borrow_mut().extend_from_slice(bytes));
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(|| ThisThread)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    CAPTURED.with(|c| c.borrow_mut().clear());
+    let out = run();
+    let text = CAPTURED.with(|c| String::from_utf8(std::mem::take(&mut *c.borrow_mut())));
+    (out, text.unwrap())
+}
+
+#[tokio::test]
+async fn a_huge_name_costs_a_bounded_log_line_and_response() {
+    let f = fixture(system_tiers()).await;
+    let huge = "a".repeat(2_000_000);
+    // Over HTTP, 1.5 MB of name is over the body limit: a short 413.
+    let body = create("u1", &huge[..1_500_000], 254).to_string();
+    let reply = post(f.server.addr, PATH, body).await;
+    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(
+        reply.body.contains("larger than 1048576 bytes"),
+        "{}",
+        reply.body
+    );
+    assert!(reply.body.len() < 256, "{}", reply.body.len());
+    // Reviewed directly (no body limit), 2 MB in each field a caller controls.
+    let mut cases = Vec::new();
+    cases.push(create("u2", &huge, 254));
+    let mut body = create("u3", "mine", 254);
+    body["request"]["userInfo"]["username"] = json!(huge);
+    cases.push(body);
+    let mut body = update("u4", "mine", &huge, (1, ""), (2, ""));
+    body["request"]["userInfo"]["username"] = json!(huge);
+    cases.push(body);
+    let mut body = create("u5", "mine", 10);
+    body["request"]["kind"]["group"] = json!(huge);
+    cases.push(body);
+    let mut body = create("u6", "mine", 10);
+    body["apiVersion"] = json!(huge);
+    cases.push(body);
+    let mut body = create("u7", "mine", 10);
+    body["request"]["operation"] = json!(huge);
+    cases.push(body);
+    let mut body = create("u8", "mine", 10);
+    body["request"]["uid"] = json!(huge);
+    cases.push(body);
+    for body in cases {
+        let text = body.to_string();
+        let (answer, logged) = logs_of(|| f.webhook.review_json(text.as_bytes()));
+        let response = match answer {
+            Ok(review) => serde_json::to_string(&review).unwrap(),
+            Err(error) => error.to_string(),
+        };
+        assert!(
+            response.len() < 2048,
+            "{} bytes: {}",
+            response.len(),
+            &response[..200]
+        );
+        assert!(!logged.is_empty(), "nothing logged for {}", &text[..200]);
+        println!(
+            "{} bytes of review: {} bytes of answer, {} bytes of log",
+            text.len(),
+            response.len(),
+            logged.len()
+        );
+        assert!(logged.len() < 4096, "{} bytes of log", logged.len());
+    }
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn denials_are_logged_at_a_bounded_rate_with_a_count_of_the_rest() {
+    let f = fixture(system_tiers()).await;
+    let deny = |i: usize| create(&format!("u{i}"), "mine", 254).to_string();
+    let (_, logged) = logs_of(|| {
+        for i in 0..1000 {
+            f.webhook.review_json(deny(i).as_bytes()).unwrap();
+        }
+    });
+    assert_eq!(logged.matches(" denied").count(), 20, "{logged}");
+    assert!(!logged.contains("not logged"), "{logged}");
+    // A second later (virtual time): one more line, saying how many were left out.
+    f.advance(Duration::from_secs(1));
+    let (_, logged) = logs_of(|| f.webhook.review_json(deny(1000).as_bytes()).unwrap());
+    assert_eq!(logged.matches(" denied").count(), 1, "{logged}");
+    assert!(
+        logged.contains("980 more admission denials and refusals were not logged"),
+        "{logged}"
+    );
+    f.server.stop().await.unwrap();
+}
+
+#[test]
+fn every_reservation_ttl_is_checked_and_none_overflows() {
+    for ttl in [Duration::ZERO, Duration::from_secs(61), Duration::MAX] {
+        let error = ReservationTable::new(ttl).unwrap_err();
+        assert!(error.to_string().contains("out of range"), "{error}");
+    }
+    let table =
+        ReservationTable::with_clock(Duration::from_secs(60), std::time::Instant::now).unwrap();
+    table.reserve("a", 1);
+    assert_eq!(table.held().len(), 1);
 }
