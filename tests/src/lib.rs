@@ -115,6 +115,27 @@ impl Cluster {
         Self { server, kubeconfig }
     }
 
+    /// A test API server that is not there yet: a free port on 127.0.0.1 and a kubeconfig for
+    /// tierd's user pointing at it. Connections are refused until [`Absent::start`].
+    pub fn absent() -> Absent {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let kubeconfig = TempFile::with(
+            "kubeconfig",
+            "yaml",
+            &tier_testserver::kubeconfig_for(
+                &format!("http://127.0.0.1:{port}"),
+                USER,
+                TOKEN,
+                "tier-testserver",
+            ),
+        );
+        Absent { port, kubeconfig }
+    }
+
     /// Stores a Tier directly (another actor; no admission).
     pub fn seed(&self, name: &str, priority: i64, description: Option<&str>) {
         self.server
@@ -169,6 +190,27 @@ impl Cluster {
             status: output.status,
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+/// A cluster whose API server starts later, on a port chosen now; see [`Cluster::absent`].
+pub struct Absent {
+    /// The port the server will listen on.
+    pub port: u16,
+    /// The kubeconfig pointing at it.
+    pub kubeconfig: TempFile,
+}
+
+impl Absent {
+    /// Starts the test API server (`config` plus tierd's user) on the chosen port.
+    pub async fn start(self, config: ServerConfig) -> Cluster {
+        let server = TestApiServer::start(config.user(TOKEN, USER).port(self.port))
+            .await
+            .unwrap();
+        Cluster {
+            server,
+            kubeconfig: self.kubeconfig,
         }
     }
 }
@@ -267,6 +309,17 @@ impl Tierd {
         extra: &[&str],
         controller_user: Option<&str>,
     ) -> Self {
+        Self::run_on(&cluster.kubeconfig.0, tls, extra, controller_user).await
+    }
+
+    /// [`run_with`](Self::run_with) on a kubeconfig file (whose API server may not be up).
+    /// Panics with its log if tierd exits before it serves on all three ports.
+    pub async fn run_on(
+        kubeconfig: &std::path::Path,
+        tls: Option<&Tls>,
+        extra: &[&str],
+        controller_user: Option<&str>,
+    ) -> Self {
         let mut command = Command::new(tierd_binary());
         command
             .args(["run", "--webhook-listen", "127.0.0.1:0"])
@@ -274,7 +327,7 @@ impl Tierd {
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--log-format", "json"])
             .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig.0);
+            .arg(kubeconfig);
         if let Some(user) = controller_user {
             command.args(["--controller-user", user]);
         }
@@ -319,13 +372,25 @@ impl Tierd {
                 lines.lock().unwrap().push(line);
             }
         });
-        let addrs = *tokio::time::timeout(
-            PATIENCE,
-            addr_rx.wait_for(|addrs| addrs.iter().all(Option::is_some)),
-        )
+        let serving = tokio::time::timeout(PATIENCE, async {
+            tokio::select! {
+                addrs = addr_rx.wait_for(|addrs| addrs.iter().all(Option::is_some)) => Ok(*addrs.unwrap()),
+                status = child.wait() => Err(status.unwrap()),
+            }
+        })
         .await
-        .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", logs.lock().unwrap()))
-        .unwrap();
+        .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", logs.lock().unwrap()));
+        let addrs = match serving {
+            Ok(addrs) => addrs,
+            Err(status) => {
+                // Let the log reader catch up with what the process wrote before it exited.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                panic!(
+                    "tierd exited ({status}) before serving: {:?}",
+                    logs.lock().unwrap()
+                )
+            }
+        };
         let [addr, probe_addr, metrics_addr] = addrs.map(Option::unwrap);
         Self {
             child,
@@ -397,6 +462,11 @@ impl Tierd {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
     }
 
     /// The process id.

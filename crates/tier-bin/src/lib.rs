@@ -3,8 +3,7 @@
 //!
 //! - [`cli`]: the command line and exit codes.
 //! - [`commands`]: `crd`, `plan`, `ensure`.
-//! - [`daemon`]: the `run` command.
-//! - [`metrics_auth`]: `/metrics` protected by TokenReview and SubjectAccessReview.
+//! - [`daemon`]: the `run` command: flags → [`tierd::Tierd::builder`] → serve.
 //! - [`signals`]: SIGTERM/SIGINT handling.
 //! - [`tiers_file`]: the `--tiers` YAML format and its validation.
 //! - [`plan`]: the read-only plan: one record per Tier, as a table, JSON or YAML.
@@ -16,7 +15,6 @@ pub mod commands;
 pub mod daemon;
 pub mod demo;
 pub mod logging;
-pub mod metrics_auth;
 pub mod plan;
 pub mod signals;
 pub mod tiers_file;
