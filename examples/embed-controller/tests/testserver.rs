@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use embed_controller::SEEN_LABEL;
@@ -83,18 +82,6 @@ async fn cluster() -> TestApiServer {
     .unwrap()
 }
 
-/// Polls `attempt` until it returns `Some`, within [`PATIENCE`].
-async fn eventually<T, F: Future<Output = Option<T>>>(mut attempt: impl FnMut() -> F) -> T {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = attempt().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "never happened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// The example controller as the cluster's Tier webhook (kube-apiserver calls its
 /// `/validate/tier`): alice deletes a Tier she created, and of her two concurrent creates at
 /// one priority exactly one is admitted.
@@ -111,13 +98,6 @@ async fn the_embedded_webhook_serves_deletes_and_admits_one_of_two_creates() {
         let _ = stopped.await;
     }));
     until_stored(&server, &observer, |_| true).await;
-    // Every DELETE depends on the policy caches; wait for them as a probe would.
-    eventually(|| async {
-        let acnp = get(addr, "/readyz/acnp-cache-synced").await.0 == 200;
-        let annp = get(addr, "/readyz/annp-cache-synced").await.0 == 200;
-        (acnp && annp).then_some(())
-    })
-    .await;
     server
         .set_admission(AdmissionMode::Webhook(WebhookConfig::new(format!(
             "http://{addr}/validate/tier"
@@ -141,8 +121,15 @@ async fn the_embedded_webhook_serves_deletes_and_admits_one_of_two_creates() {
         .create(&PostParams::default(), &tier("team-a", 10))
         .await
         .unwrap();
-    let deleted = alice.delete("team-a", &DeleteParams::default()).await;
-    assert!(deleted.is_ok(), "{deleted:?}");
+    // DELETE waits for the policy caches (a retryable refusal until they sync), then passes.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match alice.delete("team-a", &DeleteParams::default()).await {
+            Ok(_) => break,
+            Err(error) => assert!(Instant::now() < deadline, "never deleted: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(server.store().get("team-a").is_none());
     // A reserved one is still protected.
     let refused = alice.delete("baseline", &DeleteParams::default()).await;
