@@ -293,6 +293,8 @@ pub struct Tierd {
     logs: Arc<Mutex<Vec<String>>>,
     /// When the process was spawned.
     pub started: Instant,
+    /// The addresses of the ports that serve so far: webhook, probes, metrics.
+    addrs: watch::Receiver<[Option<SocketAddr>; 3]>,
 }
 
 impl Tierd {
@@ -315,6 +317,20 @@ impl Tierd {
     /// [`run_with`](Self::run_with) on a kubeconfig file (whose API server may not be up).
     /// Panics with its log if tierd exits before it serves on all three ports.
     pub async fn run_on(
+        kubeconfig: &std::path::Path,
+        tls: Option<&Tls>,
+        extra: &[&str],
+        controller_user: Option<&str>,
+    ) -> Self {
+        let mut tierd = Self::probes_first(kubeconfig, tls, extra, controller_user).await;
+        tierd.until_serving().await;
+        tierd
+    }
+
+    /// Starts tierd like [`run_on`](Self::run_on) but returns once its probe port serves
+    /// (the webhook and metrics ports may wait, e.g. for a self-signed certificate); their
+    /// addresses are unspecified until [`until_serving`](Self::until_serving).
+    pub async fn probes_first(
         kubeconfig: &std::path::Path,
         tls: Option<&Tls>,
         extra: &[&str],
@@ -348,7 +364,7 @@ impl Tierd {
         let mut child = command.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let logs: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (addr_tx, mut addr_rx) = watch::channel([None::<SocketAddr>; 3]);
+        let (addr_tx, addr_rx) = watch::channel([None::<SocketAddr>; 3]);
         let lines = logs.clone();
         tokio::spawn(async move {
             let mut reader = BufReader::new(stderr).lines();
@@ -372,34 +388,51 @@ impl Tierd {
                 lines.lock().unwrap().push(line);
             }
         });
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut tierd = Self {
+            child,
+            addr: unspecified,
+            probe_addr: unspecified,
+            metrics_addr: unspecified,
+            ca_pem: tls.map(|t| t.ca_pem.clone()),
+            logs,
+            started,
+            addrs: addr_rx,
+        };
+        tierd.probe_addr = tierd.until_serves(|addrs| addrs[1].is_some()).await[1].unwrap();
+        tierd
+    }
+
+    /// Waits (within [`PATIENCE`]) until all three ports serve and records their addresses.
+    /// Panics with the log if tierd exits first.
+    pub async fn until_serving(&mut self) {
+        let [addr, probe_addr, metrics_addr] = self
+            .until_serves(|addrs| addrs.iter().all(Option::is_some))
+            .await
+            .map(Option::unwrap);
+        (self.addr, self.probe_addr, self.metrics_addr) = (addr, probe_addr, metrics_addr);
+    }
+
+    async fn until_serves(
+        &mut self,
+        done: impl Fn(&[Option<SocketAddr>; 3]) -> bool,
+    ) -> [Option<SocketAddr>; 3] {
+        let mut addrs = self.addrs.clone();
         let serving = tokio::time::timeout(PATIENCE, async {
             tokio::select! {
-                addrs = addr_rx.wait_for(|addrs| addrs.iter().all(Option::is_some)) => Ok(*addrs.unwrap()),
-                status = child.wait() => Err(status.unwrap()),
+                addrs = addrs.wait_for(|a| done(a)) => Ok(*addrs.unwrap()),
+                status = self.child.wait() => Err(status.unwrap()),
             }
         })
         .await
-        .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", logs.lock().unwrap()));
-        let addrs = match serving {
+        .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", self.logs()));
+        match serving {
             Ok(addrs) => addrs,
             Err(status) => {
                 // Let the log reader catch up with what the process wrote before it exited.
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                panic!(
-                    "tierd exited ({status}) before serving: {:?}",
-                    logs.lock().unwrap()
-                )
+                panic!("tierd exited ({status}) before serving: {:?}", self.logs())
             }
-        };
-        let [addr, probe_addr, metrics_addr] = addrs.map(Option::unwrap);
-        Self {
-            child,
-            addr,
-            probe_addr,
-            metrics_addr,
-            ca_pem: tls.map(|t| t.ca_pem.clone()),
-            logs,
-            started,
         }
     }
 

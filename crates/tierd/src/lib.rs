@@ -34,7 +34,7 @@
 //! |---|---|---|
 //! | the Tier cache | `tier-cache-synced` (required) | the driver; every review |
 //! | the policy caches | `acnp-cache-synced`, `annp-cache-synced` (informational) | DELETE reviews |
-//! | the controller identity | [`CONTROLLER_IDENTITY`] (informational) | UPDATE reviews (until then: [`IDENTITY_PENDING`], code 503, retry after 1 s) |
+//! | the controller identity | [`CONTROLLER_IDENTITY`] (informational) | UPDATE reviews that change a priority (until then: [`IDENTITY_PENDING`], code 503, retry after 1 s) |
 //! | the self-signed certificate | [`SERVING_CERTIFICATE`] (required) | the webhook's port ([`Tierd::certificate_settled`]) |
 //!
 //! The informational checks do not fail `/readyz`: kube-apiserver reaches the webhook only
@@ -530,7 +530,8 @@ impl Tierd {
     }
 
     /// `POST /validate/tier`, for the webhook port (TLS): CREATE once the Tier cache synced,
-    /// DELETE once the policy caches did too, UPDATE once the identity is known.
+    /// DELETE once the policy caches did too, an UPDATE changing a priority once the identity
+    /// is known.
     pub fn webhook(&self) -> Router {
         self.webhook.clone().routes()
     }

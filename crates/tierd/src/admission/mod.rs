@@ -3,9 +3,11 @@
 //!
 //! The webhook's policy names the one user who may change a priority, and that user may still
 //! be unknown (the API server has not answered the SelfSubjectReview yet). Until it is, CREATE
-//! and DELETE are reviewed as usual (gated on their caches by the webhook itself), and every
-//! Tier UPDATE gets a well-formed refusal with code 503, reason `ServiceUnavailable` and
-//! `retryAfterSeconds: 1`, as the webhook's own not-synced refusals: clients retry it. Once the
+//! and DELETE are reviewed as usual (gated on their caches by the webhook itself), so are
+//! UPDATEs that keep the priority (labels, descriptions: no identity needed), and every Tier
+//! UPDATE that changes it gets a well-formed refusal with code 503, reason
+//! `ServiceUnavailable` and `retryAfterSeconds: 1`, as the webhook's own not-synced refusals:
+//! clients retry it. Once the
 //! user is known, one webhook with the full policy is built (once) and serves every review.
 //! Both webhooks share one reservation table and the policy caches, so nothing is lost between
 //! them.
@@ -24,7 +26,7 @@ use tier_kube::ControllerIdentity;
 use tier_server::Webhook;
 use tier_server::webhook::{PATH, ReviewError};
 
-/// The refusal of a Tier UPDATE while the controller identity is unknown.
+/// The refusal of a Tier UPDATE changing a priority while the controller identity is unknown.
 pub const IDENTITY_PENDING: &str = "tierd does not know its own identity yet (SelfSubjectReview \
                                     pending), so who may change a priority is unknown; retry \
                                     shortly";
@@ -82,6 +84,7 @@ impl IdentityGated {
             matches!(request.operation, Operation::Update)
                 && request.kind.group == "crd.antrea.io"
                 && request.kind.kind == "Tier"
+                && changes_priority(request)
         });
         match review.request.as_ref() {
             Some(request)
@@ -96,6 +99,20 @@ impl IdentityGated {
             }
             _ => self.pending.review(review),
         }
+    }
+}
+
+/// Whether an UPDATE moves the Tier: both priorities readable and different. One that cannot
+/// be read is left to the webhook, which refuses it as a bad request whoever the user is.
+fn changes_priority(request: &kube::core::admission::AdmissionRequest<DynamicObject>) -> bool {
+    let priority =
+        |object: Option<&DynamicObject>| object?.data.get("spec")?.get("priority")?.as_i64();
+    match (
+        priority(request.old_object.as_ref()),
+        priority(request.object.as_ref()),
+    ) {
+        (Some(old), Some(new)) => old != new,
+        _ => false,
     }
 }
 
@@ -137,3 +154,6 @@ async fn handle(State(webhook): State<IdentityGated>, body: Bytes) -> Response {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
