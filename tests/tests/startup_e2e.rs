@@ -165,3 +165,29 @@ async fn an_api_server_unreachable_at_start_is_waited_for_not_fatal() {
     let status = tierd.wait(Duration::from_secs(5)).await.unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// Only invalid input exits, with code 2 and before any request: here a kubeconfig that does
+/// not exist.
+#[tokio::test]
+async fn a_missing_kubeconfig_is_invalid_input_and_exits_2() {
+    let missing = std::env::temp_dir().join("tier-e2e-no-such-kubeconfig.yaml");
+    let output = tokio::process::Command::new(tier_tests::tierd_binary())
+        .args(["run", "--webhook-listen", "127.0.0.1:0"])
+        .args([
+            "--probe-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--kubeconfig")
+        .arg(&missing)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PATIENCE, output)
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("kubeconfig"), "{stderr}");
+}

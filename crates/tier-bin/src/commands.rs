@@ -105,7 +105,7 @@ fn pending(status: &Status, cache: Option<&str>) -> String {
 
 /// The desired set: the `--tiers` file, checked against the rules the `--feature-gates` select
 /// (a Tier at 220 with `ClusterNetworkPolicy=true` is an input error, exit 2), or Antrea's six.
-pub fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
+pub(crate) fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
     let Some(path) = &args.tiers else {
         return Ok(DesiredSet::antrea());
     };
@@ -113,7 +113,7 @@ pub fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
 }
 
 /// The client options the flags select.
-pub fn client_options(args: &ClusterArgs) -> ClientOptions {
+pub(crate) fn client_options(args: &ClusterArgs) -> ClientOptions {
     ClientOptions {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
@@ -124,13 +124,13 @@ pub fn client_options(args: &ClusterArgs) -> ClientOptions {
 /// The clients the flags select, from one configuration: the shared one (kube's defaults,
 /// retries on: the watch, Events, identity) and the writer's (retries off; see
 /// [`tier_kube::client`]). Sends no request.
-pub async fn clients(args: &ClusterArgs) -> Result<tierd::Clients, CommandError> {
+pub(crate) async fn clients(args: &ClusterArgs) -> Result<tierd::Clients, CommandError> {
     let config = tier_kube::client::config(&client_options(args)).await?;
     Ok(tierd::Clients::from_config(config)?)
 }
 
 /// The writer configuration the flags select.
-pub fn writer_config(args: &ClusterArgs) -> WriterConfig {
+pub(crate) fn writer_config(args: &ClusterArgs) -> WriterConfig {
     WriterConfig {
         call_timeout: args.call_timeout,
         ..WriterConfig::default()
@@ -149,7 +149,7 @@ pub fn crd() -> Result<String, CommandError> {
 ///
 /// Invalid input, no client, or a Tier cache that did not sync within `--timeout`; `main` maps
 /// every error of `plan` to [`exit::PLAN_ERROR`].
-pub async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
+pub(crate) async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
     let desired = desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
@@ -184,7 +184,7 @@ pub async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
 }
 
 /// `tierd ensure`: converges every Tier once; with `--timeout`, gives up naming the laggards.
-pub async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
+pub(crate) async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
     let desired = desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
