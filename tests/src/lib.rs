@@ -420,12 +420,21 @@ impl Tierd {
         let mut addrs = self.addrs.clone();
         let serving = tokio::time::timeout(PATIENCE, async {
             tokio::select! {
-                addrs = addrs.wait_for(|a| done(a)) => Ok(*addrs.unwrap()),
-                status = self.child.wait() => Err(status.unwrap()),
+                // The log closes (Err) when the process exits: then wait for its status.
+                addrs = addrs.wait_for(|a| done(a)) => addrs.map(|a| *a).map_err(|_| None),
+                status = self.child.wait() => Err(Some(status.unwrap())),
             }
         })
         .await
         .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", self.logs()));
+        let serving = match serving {
+            Err(None) => Err(tokio::time::timeout(PATIENCE, self.child.wait())
+                .await
+                .unwrap()
+                .unwrap()),
+            Err(Some(status)) => Err(status),
+            Ok(addrs) => Ok(addrs),
+        };
         match serving {
             Ok(addrs) => addrs,
             Err(status) => {
