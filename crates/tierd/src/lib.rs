@@ -51,7 +51,7 @@
 //! let router = tierd.router(prometheus_client::registry::Registry::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! let serving = tokio::spawn(async move { axum::serve(listener, router).await });
-//! tierd.status().initialized().await.ok();
+//! tierd.initialized().await.ok();
 //! tierd.shutdown().await;
 //! serving.abort();
 //! # Ok(())
@@ -74,7 +74,8 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{
-    DesiredSet, DriverConfig, Mode, StatusHandle, Stopped, TierLister, ValidationRules,
+    DesiredSet, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped, TierLister,
+    ValidationRules,
 };
 use tier_kube::policies::{PolicyCache, PolicyKind};
 use tier_kube::{
@@ -498,6 +499,15 @@ impl Tierd {
     /// The driver's status; `status().initialized()` resolves once every Tier converged once.
     pub fn status(&self) -> StatusHandle {
         self.status.clone()
+    }
+
+    /// Resolves once every desired Tier has converged once (latched).
+    ///
+    /// # Errors
+    ///
+    /// [`DriverStopped`] if the driver stopped before.
+    pub async fn initialized(&self) -> Result<(), DriverStopped> {
+        self.status.clone().initialized().await
     }
 
     /// The Tier cache (tierd's own watch, or the embedder's).
