@@ -295,7 +295,7 @@ impl Builder {
                 );
                 let reporter = tier_kube::events::reporter(instance.clone());
                 let events = tier_kube::events::publish(client.clone(), reporter, events);
-                tasks.0.push(tokio::spawn(async move {
+                tasks.handles.push(tokio::spawn(async move {
                     events.await;
                 }));
                 ensurer
@@ -309,6 +309,7 @@ impl Builder {
             ),
         };
         let status = ensurer.status();
+        tasks.driver = Some(ensurer.cancellation());
 
         let shutdown = Shutdown::new();
         let readiness = Readiness::standard(status.clone(), cache_synced(&lister), &shutdown);
@@ -324,13 +325,15 @@ impl Builder {
                 "settling the self-signed certificate: no answer from the API server yet",
             ));
             readiness.register(SERVING_CERTIFICATE, check.clone());
-            tasks.0.push(tokio::spawn(certificate::settle_then_maintain(
-                client.clone(),
-                wanted,
-                self.writer.call_timeout,
-                state,
-                shutdown.clone(),
-            )));
+            tasks
+                .handles
+                .push(tokio::spawn(certificate::settle_then_maintain(
+                    client.clone(),
+                    wanted,
+                    self.writer.call_timeout,
+                    state,
+                    shutdown.clone(),
+                )));
             check
         });
 
@@ -439,9 +442,9 @@ fn identity_known(identity: ControllerIdentity) -> impl Check {
     })
 }
 
-/// tierd running; see the [crate docs](crate). Dropping it stops its background tasks and
-/// its caches' watches once the routers are dropped too; call [`shutdown`](Self::shutdown) to
-/// stop the driver promptly.
+/// tierd running; see the [crate docs](crate). Dropping it stops the driver (no write starts
+/// after) and the background tasks; the caches' watches stop once the routers are dropped too.
+/// [`shutdown`](Self::shutdown) also waits for the driver to end.
 pub struct Tierd {
     ensurer: Ensurer,
     status: StatusHandle,
@@ -465,13 +468,20 @@ impl fmt::Debug for Tierd {
     }
 }
 
-/// tierd's background tasks (Events, the certificate), aborted when dropped.
+/// tierd's background tasks (Events, the certificate), aborted when dropped, and the
+/// driver's cancellation, cancelled then: a dropped [`Tierd`] starts no write.
 #[derive(Debug, Default)]
-struct Tasks(Vec<JoinHandle<()>>);
+struct Tasks {
+    handles: Vec<JoinHandle<()>>,
+    driver: Option<tokio_util::sync::CancellationToken>,
+}
 
 impl Drop for Tasks {
     fn drop(&mut self) {
-        for task in &self.0 {
+        if let Some(driver) = &self.driver {
+            driver.cancel();
+        }
+        for task in &self.handles {
             task.abort();
         }
     }
@@ -586,7 +596,10 @@ impl Tierd {
     /// background tasks end; returns how the driver stopped.
     pub async fn shutdown(self) -> Stopped {
         self.shutdown.trigger();
-        let Tierd { ensurer, tasks, .. } = self;
+        let Tierd {
+            ensurer, mut tasks, ..
+        } = self;
+        tasks.driver = None;
         drop(tasks);
         ensurer.shutdown().await
     }
