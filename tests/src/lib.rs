@@ -115,6 +115,27 @@ impl Cluster {
         Self { server, kubeconfig }
     }
 
+    /// A test API server that is not there yet: a free port on 127.0.0.1 and a kubeconfig for
+    /// tierd's user pointing at it. Connections are refused until [`Absent::start`].
+    pub fn absent() -> Absent {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let kubeconfig = TempFile::with(
+            "kubeconfig",
+            "yaml",
+            &tier_testserver::kubeconfig_for(
+                &format!("http://127.0.0.1:{port}"),
+                USER,
+                TOKEN,
+                "tier-testserver",
+            ),
+        );
+        Absent { port, kubeconfig }
+    }
+
     /// Stores a Tier directly (another actor; no admission).
     pub fn seed(&self, name: &str, priority: i64, description: Option<&str>) {
         self.server
@@ -169,6 +190,27 @@ impl Cluster {
             status: output.status,
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+/// A cluster whose API server starts later, on a port chosen now; see [`Cluster::absent`].
+pub struct Absent {
+    /// The port the server will listen on.
+    pub port: u16,
+    /// The kubeconfig pointing at it.
+    pub kubeconfig: TempFile,
+}
+
+impl Absent {
+    /// Starts the test API server (`config` plus tierd's user) on the chosen port.
+    pub async fn start(self, config: ServerConfig) -> Cluster {
+        let server = TestApiServer::start(config.user(TOKEN, USER).port(self.port))
+            .await
+            .unwrap();
+        Cluster {
+            server,
+            kubeconfig: self.kubeconfig,
         }
     }
 }
@@ -251,6 +293,8 @@ pub struct Tierd {
     logs: Arc<Mutex<Vec<String>>>,
     /// When the process was spawned.
     pub started: Instant,
+    /// The addresses of the ports that serve so far: webhook, probes, metrics.
+    addrs: watch::Receiver<[Option<SocketAddr>; 3]>,
 }
 
 impl Tierd {
@@ -267,6 +311,31 @@ impl Tierd {
         extra: &[&str],
         controller_user: Option<&str>,
     ) -> Self {
+        Self::run_on(&cluster.kubeconfig.0, tls, extra, controller_user).await
+    }
+
+    /// [`run_with`](Self::run_with) on a kubeconfig file (whose API server may not be up).
+    /// Panics with its log if tierd exits before it serves on all three ports.
+    pub async fn run_on(
+        kubeconfig: &std::path::Path,
+        tls: Option<&Tls>,
+        extra: &[&str],
+        controller_user: Option<&str>,
+    ) -> Self {
+        let mut tierd = Self::probes_first(kubeconfig, tls, extra, controller_user).await;
+        tierd.until_serving().await;
+        tierd
+    }
+
+    /// Starts tierd like [`run_on`](Self::run_on) but returns once its probe port serves
+    /// (the webhook and metrics ports may wait, e.g. for a self-signed certificate); their
+    /// addresses are unspecified until [`until_serving`](Self::until_serving).
+    pub async fn probes_first(
+        kubeconfig: &std::path::Path,
+        tls: Option<&Tls>,
+        extra: &[&str],
+        controller_user: Option<&str>,
+    ) -> Self {
         let mut command = Command::new(tierd_binary());
         command
             .args(["run", "--webhook-listen", "127.0.0.1:0"])
@@ -274,7 +343,7 @@ impl Tierd {
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--log-format", "json"])
             .arg("--kubeconfig")
-            .arg(&cluster.kubeconfig.0);
+            .arg(kubeconfig);
         if let Some(user) = controller_user {
             command.args(["--controller-user", user]);
         }
@@ -295,7 +364,7 @@ impl Tierd {
         let mut child = command.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let logs: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (addr_tx, mut addr_rx) = watch::channel([None::<SocketAddr>; 3]);
+        let (addr_tx, addr_rx) = watch::channel([None::<SocketAddr>; 3]);
         let lines = logs.clone();
         tokio::spawn(async move {
             let mut reader = BufReader::new(stderr).lines();
@@ -319,22 +388,60 @@ impl Tierd {
                 lines.lock().unwrap().push(line);
             }
         });
-        let addrs = *tokio::time::timeout(
-            PATIENCE,
-            addr_rx.wait_for(|addrs| addrs.iter().all(Option::is_some)),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", logs.lock().unwrap()))
-        .unwrap();
-        let [addr, probe_addr, metrics_addr] = addrs.map(Option::unwrap);
-        Self {
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut tierd = Self {
             child,
-            addr,
-            probe_addr,
-            metrics_addr,
+            addr: unspecified,
+            probe_addr: unspecified,
+            metrics_addr: unspecified,
             ca_pem: tls.map(|t| t.ca_pem.clone()),
             logs,
             started,
+            addrs: addr_rx,
+        };
+        tierd.probe_addr = tierd.until_serves(|addrs| addrs[1].is_some()).await[1].unwrap();
+        tierd
+    }
+
+    /// Waits (within [`PATIENCE`]) until all three ports serve and records their addresses.
+    /// Panics with the log if tierd exits first.
+    pub async fn until_serving(&mut self) {
+        let [addr, probe_addr, metrics_addr] = self
+            .until_serves(|addrs| addrs.iter().all(Option::is_some))
+            .await
+            .map(Option::unwrap);
+        (self.addr, self.probe_addr, self.metrics_addr) = (addr, probe_addr, metrics_addr);
+    }
+
+    async fn until_serves(
+        &mut self,
+        done: impl Fn(&[Option<SocketAddr>; 3]) -> bool,
+    ) -> [Option<SocketAddr>; 3] {
+        let mut addrs = self.addrs.clone();
+        let serving = tokio::time::timeout(PATIENCE, async {
+            tokio::select! {
+                // The log closes (Err) when the process exits: then wait for its status.
+                addrs = addrs.wait_for(|a| done(a)) => addrs.map(|a| *a).map_err(|_| None),
+                status = self.child.wait() => Err(Some(status.unwrap())),
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("tierd did not start serving: {:?}", self.logs()));
+        let serving = match serving {
+            Err(None) => Err(tokio::time::timeout(PATIENCE, self.child.wait())
+                .await
+                .unwrap()
+                .unwrap()),
+            Err(Some(status)) => Err(status),
+            Ok(addrs) => Ok(addrs),
+        };
+        match serving {
+            Ok(addrs) => addrs,
+            Err(status) => {
+                // Let the log reader catch up with what the process wrote before it exited.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                panic!("tierd exited ({status}) before serving: {:?}", self.logs())
+            }
         }
     }
 
@@ -397,6 +504,11 @@ impl Tierd {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// The exit status, if the process has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
     }
 
     /// The process id.

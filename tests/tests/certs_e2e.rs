@@ -256,10 +256,12 @@ async fn a_missing_secret_is_waited_for_with_a_clear_error_and_then_filled() {
     assert_eq!(posts, 0, "tierd never creates the Secret");
 }
 
+/// A Secret tierd may not read is not fatal: tierd stays up, `/readyz` names the certificate
+/// and why, the webhook waits; once the RBAC is fixed (the fault lifted) it settles and serves.
 #[tokio::test]
-async fn without_permission_to_read_the_secret_tierd_exits_saying_what_is_missing() {
+async fn without_permission_to_read_the_secret_tierd_waits_saying_what_is_missing() {
     let cluster = Cluster::antrea().await;
-    cluster.server.inject(
+    let forbidden = cluster.server.inject(
         tier_testserver::Fault::status(
             tier_testserver::Verb::Get,
             403,
@@ -271,24 +273,44 @@ async fn without_permission_to_read_the_secret_tierd_exits_saying_what_is_missin
     );
     let cert = TempFile::new("forbidden-tls", "crt");
     let key = TempFile::new("forbidden-tls", "key");
-    let done = cluster
-        .tierd(&[
-            "run",
-            "--listen",
-            "127.0.0.1:0",
+    let (cert_path, key_path) = (cert.0.display().to_string(), key.0.display().to_string());
+    let mut tierd = Tierd::probes_first(
+        &cluster.kubeconfig.0,
+        None,
+        &[
             "--self-signed-cert",
             "--tls-cert",
-            &cert.0.display().to_string(),
+            &cert_path,
             "--tls-key",
-            &key.0.display().to_string(),
-        ])
-        .await;
-    assert_eq!(done.code(), 1, "{}", done.stderr);
+            &key_path,
+        ],
+        Some(tier_tests::USER),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + tier_tests::PATIENCE;
+    let verbose = loop {
+        let (code, body) = tierd.get("/readyz?verbose").await;
+        assert_eq!(code, 503, "{body}");
+        if body.contains("[-]serving-certificate failed") && body.contains("forbidden") {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert!(
-        done.stderr
-            .contains("Secret kube-system/tierd-self-signed-cert"),
-        "{}",
-        done.stderr
+        verbose.contains("Secret kube-system/tierd-self-signed-cert"),
+        "{verbose}"
+    );
+    assert_eq!(tierd.get("/livez").await.0, 200);
+    assert_eq!(tierd.exited(), None, "{:?}", tierd.logs());
+
+    assert!(cluster.server.remove_fault(forbidden));
+    tierd.until_serving().await;
+    tierd.until_ok("/readyz").await;
+    assert!(
+        std::fs::read_to_string(&cert.0)
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
     );
 }
 

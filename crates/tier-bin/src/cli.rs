@@ -58,7 +58,7 @@ pub struct Cli {
 }
 
 /// Log output formats. Filter with `RUST_LOG` (default: the command's level, with kube's
-/// duplicate per-request lines off; see [`crate::logging`]). Colour only on a terminal.
+/// duplicate per-request lines off; see `logging.rs`). Colour only on a terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.

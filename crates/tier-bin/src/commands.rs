@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister};
-use tier_kube::{ClientOptions, KubeLister, WriterConfig};
+use tier_kube::{ClientOptions, WriterConfig};
 
 use crate::cli::{ClusterArgs, EnsureArgs, Output, PlanArgs, exit};
 use crate::{plan, signals, tiers_file};
@@ -22,7 +22,8 @@ pub enum CommandError {
     /// The `--tiers` file is unreadable or invalid (exit 2).
     #[error(transparent)]
     Tiers(#[from] tiers_file::TiersFileError),
-    /// No client could be built (exit 1).
+    /// No client could be built from the kubeconfig, the context or the in-cluster
+    /// configuration (exit 2: the configuration is input; no request was sent).
     #[error(transparent)]
     Client(#[from] tier_kube::ClientError),
     /// The Tier cache could not be started (exit 1).
@@ -60,22 +61,12 @@ pub enum CommandError {
     /// The TLS certificate or key could not be used (exit 2).
     #[error("cannot use the TLS certificate: {0}")]
     Tls(#[from] tier_server::tls::TlsError),
-    /// `--self-signed-cert`: the certificate could not be set up (exit 1).
-    #[error("cannot set up the self-signed certificate: {0}")]
-    Certs(#[from] tier_kube::certs::CertError),
     /// The HTTP server failed (exit 1).
     #[error("the HTTP server failed: {0}")]
     Serve(#[from] tier_server::server::ServeError),
-    /// The API server could not say who tierd is, and `--controller-user` is not set (exit 1).
-    #[error("cannot default the webhook's controller user: {0}")]
-    Identity(#[source] tier_kube::IdentityError),
-    /// The API server did not say who tierd is in time, and `--controller-user` is not set
-    /// (exit 1).
-    #[error(
-        "the API server did not say who tierd is within {0:?} (SelfSubjectReview); check the \
-         connection or set --controller-user"
-    )]
-    IdentityTimeout(Duration),
+    /// tierd could not start (outside a tokio runtime: a bug; exit 1).
+    #[error("tierd could not start: {0}")]
+    Start(#[from] tierd::StartError),
     /// A task of tierd ended unexpectedly (exit 1).
     #[error("a tierd task ended unexpectedly: {0}")]
     Task(String),
@@ -85,7 +76,7 @@ impl CommandError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CommandError::Tiers(_) | CommandError::Tls(_) => exit::USAGE,
+            CommandError::Tiers(_) | CommandError::Tls(_) | CommandError::Client(_) => exit::USAGE,
             _ => exit::ERROR,
         }
     }
@@ -114,7 +105,7 @@ fn pending(status: &Status, cache: Option<&str>) -> String {
 
 /// The desired set: the `--tiers` file, checked against the rules the `--feature-gates` select
 /// (a Tier at 220 with `ClusterNetworkPolicy=true` is an input error, exit 2), or Antrea's six.
-pub fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
+pub(crate) fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
     let Some(path) = &args.tiers else {
         return Ok(DesiredSet::antrea());
     };
@@ -122,7 +113,7 @@ pub fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
 }
 
 /// The client options the flags select.
-pub fn client_options(args: &ClusterArgs) -> ClientOptions {
+pub(crate) fn client_options(args: &ClusterArgs) -> ClientOptions {
     ClientOptions {
         kubeconfig: args.kubeconfig.clone(),
         context: args.context.clone(),
@@ -132,16 +123,14 @@ pub fn client_options(args: &ClusterArgs) -> ClientOptions {
 
 /// The clients the flags select, from one configuration: the shared one (kube's defaults,
 /// retries on: the watch, Events, identity) and the writer's (retries off; see
-/// [`tier_kube::client`]).
-pub async fn clients(args: &ClusterArgs) -> Result<(kube::Client, kube::Client), CommandError> {
+/// [`tier_kube::client`]). Sends no request.
+pub(crate) async fn clients(args: &ClusterArgs) -> Result<tierd::Clients, CommandError> {
     let config = tier_kube::client::config(&client_options(args)).await?;
-    let shared = tier_kube::client::client_from_config(config.clone())?;
-    let writer = tier_kube::client::writer_client(config)?;
-    Ok((shared, writer))
+    Ok(tierd::Clients::from_config(config)?)
 }
 
 /// The writer configuration the flags select.
-pub fn writer_config(args: &ClusterArgs) -> WriterConfig {
+pub(crate) fn writer_config(args: &ClusterArgs) -> WriterConfig {
     WriterConfig {
         call_timeout: args.call_timeout,
         ..WriterConfig::default()
@@ -160,13 +149,13 @@ pub fn crd() -> Result<String, CommandError> {
 ///
 /// Invalid input, no client, or a Tier cache that did not sync within `--timeout`; `main` maps
 /// every error of `plan` to [`exit::PLAN_ERROR`].
-pub async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
+pub(crate) async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
     let desired = desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
     let client = tier_kube::client::client_from_config(config)?;
-    let lister = KubeLister::start(client)?;
+    let lister = tierd::watch_tiers(&client)?;
     if tokio::time::timeout(args.timeout, lister.wait_synced())
         .await
         .is_err()
@@ -195,14 +184,14 @@ pub async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
 }
 
 /// `tierd ensure`: converges every Tier once; with `--timeout`, gives up naming the laggards.
-pub async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
+pub(crate) async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
     let desired = desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
     let client = tier_kube::client::client_from_config(config.clone())?;
     let writer_client = tier_kube::client::writer_client(config)?;
-    let lister = KubeLister::start(client)?;
+    let lister = tierd::watch_tiers(&client)?;
     let watch = lister.clone();
     let writer = lister.writer(writer_client, writer_config(&args.cluster));
     let ensurer = tier_runtime::spawn(lister, writer, desired, DriverConfig::default(), Mode::Once);

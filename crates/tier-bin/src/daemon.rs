@@ -1,118 +1,40 @@
-//! `tierd run`: the daemon's wiring.
+//! `tierd run`: flags → [`tierd::Tierd::builder`] → serve.
 //!
-//! Order matters (see the two dependency loops in docs/ARCHITECTURE.md):
-//!
-//! 1. validate the input; with `--self-signed-cert`, settle the certificate Secret and write the
-//!    serving certificate files once (a Secret read or create never needs tierd's own webhook,
-//!    whose rules cover only Tiers, so this cannot deadlock);
-//!    bind the three listeners and serve at once, as controller-runtime
-//!    splits them: the webhook on its own port (TLS when certificates are given), `/livez` and
-//!    `/readyz` on a plain probe port, `/metrics` on a third port (localhost by default, or
-//!    protected by TokenReview and SubjectAccessReview with `--metrics-auth`). Every handler
-//!    answers from the first moment, gated only on the checks it needs (the webhook's CREATE
-//!    and UPDATE on `tier-cache-synced`, its DELETE also on `acnp-cache-synced` and
-//!    `annp-cache-synced`);
-//! 2. start the Tier cache, the two policy caches and the driver in continuous mode; the
-//!    driver's writer records its successful writes in the webhook's reservation table;
-//! 3. on SIGTERM/SIGINT: readiness turns false at once, the driver stops (no write starts after
-//!    it), the server drains, and the process exits within about a second.
+//! 1. Validate the input (the `--tiers` file, the kubeconfig, the TLS files when given):
+//!    invalid input exits 2 before any request. Nothing the API server does (or fails to do)
+//!    exits: the assembly learns every fact from it in the background, each behind a
+//!    readiness check (see the `tierd` crate's docs).
+//! 2. Bind the three listeners and serve the probes at once: `/livez` 200 from the first
+//!    moment, `/readyz` 503 naming what it waits for. The webhook's port (TLS when
+//!    certificates are given) and `/metrics` (localhost by default, or protected by
+//!    TokenReview and SubjectAccessReview with `--metrics-auth`) serve at once too, except
+//!    with `--self-signed-cert`: then they serve once the certificate is settled.
+//! 3. On SIGTERM/SIGINT: readiness turns false at once, the driver stops (no write starts
+//!    after it), the servers drain, and the process exits within about a second.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use tier_core::admission::AdmissionPolicy;
-use tier_core::{DesiredSet, DriverConfig, Mode, TierLister, ValidationRules};
-use tier_kube::KubeLister;
-use tier_kube::certs::{self, SelfSignedConfig};
-use tier_kube::policies::{PolicyCache, PolicyKind};
-use tier_kube::{ClusterNetworkPolicies, NetworkPolicies};
-use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SYSTEM_TIERS, SystemTiers, from_fn,
-};
+use tier_core::DesiredSet;
+use tier_kube::certs::SelfSignedConfig;
 use tier_server::tls::{CertFiles, CertReloader};
-use tier_server::{
-    Check, CheckState, HealthConfig, PolicyReferences, Readiness, ReservationTable,
-    ReservingWriter, Routes, Server, ServerMetrics, Shutdown, Webhook, auth, metrics,
-};
+use tier_server::{Server, ServerMetrics};
+use tierd::{Clients, Events, SelfSigned, Tierd};
 use tokio::task::JoinSet;
 
 use crate::cli::RunArgs;
 use crate::commands::{self, CommandError};
-use crate::metrics_auth::KubeAuthorizer;
 use crate::signals;
 
 /// How often the TLS files are checked for a new certificate.
 const CERT_POLL: Duration = Duration::from_secs(10);
 
-/// How often `--self-signed-cert` checks the Secret, the files and the caBundle.
-const SELF_SIGNED_POLL: Duration = Duration::from_secs(60);
-
-/// How long `--self-signed-cert` first waits for a missing Secret before looking again.
-const SECRET_RETRY: Duration = Duration::from_secs(2);
-
 /// The longest the server may take to finish requests in flight after a signal.
 const DRAIN_LIMIT: Duration = Duration::from_millis(800);
 
-/// The admission policy for `desired` under `rules`: Antrea's six names and every desired name
-/// are protected from deletion (a custom set adds to Antrea's, never replaces them), each
-/// desired priority belongs to its Tier, and `user` may change priorities.
-pub fn policy(desired: &DesiredSet, user: &str, rules: ValidationRules) -> AdmissionPolicy {
-    AdmissionPolicy::antrea(user)
-        .desire(desired)
-        .with_rules(rules)
-}
-
-/// The readiness check of one policy cache: passes once it listed (or found its CRD not
-/// installed); until then its reason names the watch's last error.
-pub fn policy_cache_synced<K: PolicyKind>(cache: PolicyCache<K>) -> impl Check {
-    from_fn(move || match cache.describe() {
-        Ok(_) => CheckState::Ok,
-        Err(reason) => CheckState::Failed(reason),
-    })
-}
-
-/// The `tier-cache-synced` check on `lister`: its reason carries the watch's last error (a
-/// missing CRD, missing RBAC), so `/readyz?verbose` says why.
-pub fn cache_synced(lister: &KubeLister) -> CacheSynced {
-    let stats = lister.clone();
-    CacheSynced::new(Arc::new(lister.clone()))
-        .with_last_error(move || stats.watch_stats().last_error)
-}
-
-/// The user the webhook lets change priorities: `--controller-user`, else the identity tierd's
-/// own client authenticates as (its writes are the corrections the webhook must let through).
-///
-/// # Errors
-///
-/// [`CommandError::Identity`] when the flag is not set and the API server cannot say (too old
-/// for SelfSubjectReview, unreachable within the call timeout): set `--controller-user`.
-pub async fn controller_user(
-    args: &RunArgs,
-    client: &kube::Client,
-) -> Result<String, CommandError> {
-    if let Some(user) = &args.controller_user {
-        tracing::info!(%user, "the webhook lets this user change priorities (--controller-user)");
-        return Ok(user.clone());
-    }
-    let asked = tokio::time::timeout(
-        args.cluster.call_timeout,
-        tier_kube::identity::whoami(client),
-    )
-    .await;
-    match asked {
-        Ok(Ok(user)) => {
-            tracing::info!(%user, "the webhook lets this user change priorities (tierd's own identity)");
-            Ok(user)
-        }
-        Ok(Err(error)) => Err(CommandError::Identity(error)),
-        Err(_) => Err(CommandError::IdentityTimeout(args.cluster.call_timeout)),
-    }
-}
-
 /// With `--self-signed-cert`: what to keep and the files to write the serving certificate to.
-pub fn self_signed(args: &RunArgs) -> Option<(SelfSignedConfig, PathBuf, PathBuf)> {
+fn self_signed(args: &RunArgs) -> Option<SelfSigned> {
     let flags = &args.self_signed;
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
         return None;
@@ -133,36 +55,69 @@ pub fn self_signed(args: &RunArgs) -> Option<(SelfSignedConfig, PathBuf, PathBuf
     {
         config = config.webhook_configuration(name);
     }
-    Some((config, cert.clone(), key.clone()))
+    Some(SelfSigned {
+        config,
+        cert: cert.clone(),
+        key: key.clone(),
+    })
+}
+
+/// The TLS certificate files, when given.
+fn cert_files(args: &RunArgs) -> Option<CertFiles> {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(CertFiles::new(cert, key)),
+        _ => None,
+    }
+}
+
+/// The assembly the flags select.
+fn assemble(
+    args: &RunArgs,
+    clients: Clients,
+    desired: DesiredSet,
+    self_signed: Option<SelfSigned>,
+) -> tierd::Builder {
+    let mut builder = Tierd::builder(clients, desired)
+        .rules(args.cluster.feature_gates.rules())
+        .writer_config(commands::writer_config(&args.cluster))
+        .events(Events::Kubernetes {
+            instance: args.pod_name.clone(),
+        })
+        .metrics_auth(args.metrics_auth)
+        .ready_requires_tiers(args.ready_requires_tiers);
+    if let Some(user) = &args.controller_user {
+        builder = builder.controller_user(user);
+    }
+    if let Some(self_signed) = self_signed {
+        builder = builder.self_signed_cert(self_signed);
+    }
+    builder
+}
+
+/// A finished server task's outcome.
+fn ended(
+    result: Result<Result<(), CommandError>, tokio::task::JoinError>,
+) -> Result<(), CommandError> {
+    match result {
+        Ok(outcome) => outcome,
+        Err(e) => Err(CommandError::Task(e.to_string())),
+    }
 }
 
 /// Runs the daemon until a signal; see the module docs.
+///
+/// # Errors
+///
+/// Invalid input (exit 2), a listener that cannot be bound or a server that failed (exit 1);
+/// never the API server.
 pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let desired = commands::desired(&args.cluster)?;
-    let (client, writer_client) = commands::clients(&args.cluster).await?;
+    let clients = commands::clients(&args.cluster).await?;
     let self_signed = self_signed(args);
-    if let Some((config, cert, key)) = &self_signed {
-        // A missing Secret (the install not applied) is waited for, not a crash.
-        let settled = certs::settle(
-            &client,
-            config,
-            cert,
-            key,
-            SECRET_RETRY,
-            signals::shutdown(),
-        );
-        let Some(done) = settled.await? else {
-            return Ok(());
-        };
-        tracing::info!(
-            secret = %format!("{}/{}", config.namespace, config.secret),
-            action = ?done.secret,
-            ca_bundle_updated = done.ca_bundle_updated,
-            "self-signed serving certificate in place"
-        );
-    }
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(CertReloader::load(CertFiles::new(cert, key)).await?),
+    // Given files are input: unreadable or invalid exits 2 now. Self-signed ones are written
+    // by tierd once the certificate is settled.
+    let mut tls = match (&self_signed, cert_files(args)) {
+        (None, Some(files)) => Some(CertReloader::load(files).await?),
         _ => None,
     };
     // `--webhook-listen ""`: no webhook port (beside Antrea nothing calls it).
@@ -178,113 +133,56 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
             "/metrics is served without authentication beyond localhost; add --metrics-auth"
         );
     }
-    let lister = KubeLister::start(client.clone())?;
-    let acnps = PolicyCache::<ClusterNetworkPolicies>::start(client.clone())?;
-    let annps = PolicyCache::<NetworkPolicies>::start(client.clone())?;
-    let reservations = ReservationTable::default();
-    let writer = ReservingWriter::new(
-        lister.writer(writer_client, commands::writer_config(&args.cluster)),
-        reservations.clone(),
-    );
+    let waits_for_certificate = self_signed.is_some();
+    let tierd = assemble(args, clients, desired, self_signed).start()?;
 
-    let user = controller_user(args, &client).await?;
-    let policy = policy(&desired, &user, args.cluster.feature_gates.rules());
-    let events_client = client.clone();
-    let auth_client = client.clone();
-    let (ensurer, events) = tier_runtime::spawn_with_events(
-        lister.clone(),
-        writer,
-        desired,
-        DriverConfig::default(),
-        Mode::Continuous,
-    );
-    let status = ensurer.status();
-    let reporter = tier_kube::events::reporter(args.pod_name.clone());
-    tokio::spawn(tier_kube::events::publish(events_client, reporter, events));
-
-    let shutdown = Shutdown::new();
-    if let Some((config, cert, key)) = self_signed {
-        let stop = shutdown.clone();
-        tokio::spawn(certs::maintain(
-            client.clone(),
-            config,
-            cert,
-            key,
-            SELF_SIGNED_POLL,
-            async move { stop.triggered().await },
-        ));
-    }
-    let readiness = Readiness::standard(status.clone(), cache_synced(&lister), &shutdown);
-    // Informational: only the webhook's DELETE needs them (see README, "Readiness").
-    readiness
-        .register_informational(ACNP_CACHE_SYNCED, policy_cache_synced(acnps.clone()))
-        .register_informational(ANNP_CACHE_SYNCED, policy_cache_synced(annps.clone()));
-    if args.ready_requires_tiers {
-        readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
-    }
-    let health = HealthConfig::default();
-    let mut registry = Registry::default();
-    metrics::register(&mut registry, status.clone());
-    let server_metrics = ServerMetrics::default();
-    server_metrics.register(&mut registry);
-    if let Some(tls) = &tls {
-        tls.register(&mut registry);
-    }
-    let cache: Arc<dyn TierLister> = Arc::new(lister);
-    let ports = Routes::new(readiness.clone())
-        .health(health)
-        .metrics(Arc::new(registry))
-        .webhook(
-            Webhook::new(cache, policy, &readiness)
-                .policy_references(PolicyReferences::new(Arc::new(acnps), Arc::new(annps)))
-                .reservations(reservations),
-        )
-        .into_ports();
+    let shutdown = tierd.shutdown_signal().clone();
     let limits = args.http.limits();
+    let server_metrics = ServerMetrics::default();
     let server = |router, name| {
         Server::new(router)
             .name(name)
             .limits(limits)
             .metrics(server_metrics.clone())
     };
-    let mut webhook = server(ports.webhook.unwrap_or_default(), "webhook");
-    let probes = server(ports.probes, "probes");
-    let mut metrics_router = ports.metrics.unwrap_or_default();
-    if args.metrics_auth {
-        metrics_router = auth::protect(metrics_router, Arc::new(KubeAuthorizer::new(auth_client)));
-    }
-    let mut metrics = server(metrics_router, "metrics");
-    if let Some(tls) = &tls {
-        let config = tls.server_config()?;
-        webhook = webhook.tls(Arc::clone(&config));
-        if args.metrics_auth {
-            metrics = metrics.tls(config);
-        }
-        let stop = shutdown.clone();
-        tokio::spawn(
-            tls.clone()
-                .watch(CERT_POLL, async move { stop.triggered().await }),
+    let mut served: JoinSet<Result<(), CommandError>> = JoinSet::new();
+    let probes = server(tierd.probes(), "probes");
+    let drained = shutdown.drained(Duration::ZERO);
+    served.spawn(async move { Ok(probes.serve(probe_listener, drained).await?) });
+
+    let mut signal = std::pin::pin!(signals::shutdown());
+    if waits_for_certificate {
+        tracing::info!(
+            "the webhook and /metrics serve once the self-signed certificate is settled"
         );
     }
-    let mut served = JoinSet::new();
-    let webhook = webhook_listener.map(|listener| (webhook, listener));
-    for (server, listener) in webhook
-        .into_iter()
-        .chain([(probes, probe_listener), (metrics, metrics_listener)])
-    {
-        served.spawn(server.serve(listener, shutdown.drained(Duration::ZERO)));
-    }
-
-    let outcome = tokio::select! {
-        () = signals::shutdown() => Ok(()),
-        Some(result) = served.join_next() => match result {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(CommandError::Serve(e)),
-            Err(e) => Err(CommandError::Task(e.to_string())),
+    let early = tokio::select! {
+        () = tierd.certificate_settled() => None,
+        () = &mut signal => Some(Ok(())),
+        Some(result) = served.join_next() => Some(ended(result)),
+    };
+    let outcome = match early {
+        Some(outcome) => outcome,
+        None => match serve_webhook_and_metrics(
+            args,
+            &tierd,
+            &mut tls,
+            &mut served,
+            server,
+            &server_metrics,
+            (webhook_listener, metrics_listener),
+        )
+        .await
+        {
+            Err(error) => Err(error),
+            Ok(()) => tokio::select! {
+                () = &mut signal => Ok(()),
+                Some(result) = served.join_next() => ended(result),
+            },
         },
     };
     shutdown.trigger();
-    ensurer.shutdown().await;
+    tierd.shutdown().await;
     let drained = tokio::time::timeout(DRAIN_LIMIT, async {
         while served.join_next().await.is_some() {}
     });
@@ -296,41 +194,47 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     outcome
 }
 
-#[cfg(test)]
-mod tests {
-    use tier_core::TierSpec;
-    use tier_core::admission::{References, Request, review};
-
-    use super::*;
-
-    #[test]
-    fn a_custom_set_adds_to_antreas_reserved_names() {
-        let custom = DesiredSet::new(
-            vec![
-                TierSpec::new("baseline", 253, ""),
-                TierSpec::new("mine", 7, ""),
-            ],
-            &ValidationRules::default(),
-        )
-        .unwrap();
-        let policy = policy(&custom, "tierd", ValidationRules::default());
-        for name in [
-            "baseline",
-            "application",
-            "platform",
-            "networkops",
-            "securityops",
-            "emergency",
-            "mine",
-        ] {
-            let delete = Request::Delete {
-                name,
-                references: References::NONE,
-            };
-            assert_eq!(
-                review(&policy, &delete, []).unwrap_err().0,
-                format!("cannot delete reserved tier {name}")
-            );
-        }
+/// Starts the webhook and metrics servers (TLS when certificates are given; the self-signed
+/// files are loaded now, once settled).
+async fn serve_webhook_and_metrics(
+    args: &RunArgs,
+    tierd: &Tierd,
+    tls: &mut Option<Arc<CertReloader>>,
+    served: &mut JoinSet<Result<(), CommandError>>,
+    server: impl Fn(axum::Router, &'static str) -> Server,
+    server_metrics: &ServerMetrics,
+    (webhook_listener, metrics_listener): (Option<tokio::net::TcpListener>, tokio::net::TcpListener),
+) -> Result<(), CommandError> {
+    if tls.is_none()
+        && let Some(files) = cert_files(args)
+    {
+        *tls = Some(CertReloader::load(files).await?);
     }
+    let mut registry = Registry::default();
+    server_metrics.register(&mut registry);
+    if let Some(tls) = tls.as_ref() {
+        tls.register(&mut registry);
+    }
+    let mut webhook = server(tierd.webhook(), "webhook");
+    let mut metrics = server(tierd.metrics(registry), "metrics");
+    let shutdown = tierd.shutdown_signal();
+    if let Some(tls) = tls.as_ref() {
+        let config = tls.server_config()?;
+        webhook = webhook.tls(Arc::clone(&config));
+        if args.metrics_auth {
+            metrics = metrics.tls(config);
+        }
+        let stop = shutdown.clone();
+        tokio::spawn(
+            tls.clone()
+                .watch(CERT_POLL, async move { stop.triggered().await }),
+        );
+    }
+    // `--webhook-listen ""`: no webhook port (beside Antrea nothing calls it).
+    let webhook = webhook_listener.map(|listener| (webhook, listener));
+    for (server, listener) in webhook.into_iter().chain([(metrics, metrics_listener)]) {
+        let drained = shutdown.drained(Duration::ZERO);
+        served.spawn(async move { Ok(server.serve(listener, drained).await?) });
+    }
+    Ok(())
 }

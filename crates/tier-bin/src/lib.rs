@@ -1,24 +1,19 @@
 //! The `tierd` binary's wiring: command line, commands and their plumbing. `main.rs` only calls
-//! [`main`]; everything worth a test lives here or in the library crates.
+//! [`main`]; the assembly lives in the `tierd` library crate ([`tierd::Tierd::builder`]).
 //!
-//! - [`cli`]: the command line and exit codes.
-//! - [`commands`]: `crd`, `plan`, `ensure`.
-//! - [`daemon`]: the `run` command.
-//! - [`metrics_auth`]: `/metrics` protected by TokenReview and SubjectAccessReview.
-//! - [`signals`]: SIGTERM/SIGINT handling.
-//! - [`tiers_file`]: the `--tiers` YAML format and its validation.
-//! - [`plan`]: the read-only plan: one record per Tier, as a table, JSON or YAML.
-//! - [`demo`]: `tierd demo` on the in-memory backend.
-//! - [`logging`]: the tracing subscriber (default filter, colour only on a terminal).
+//! Public, for the tests of the deployment manifests and the `--tiers` format: [`cli`] (the
+//! command line and exit codes), [`commands::crd`], [`tiers_file`] (the `--tiers` YAML format
+//! and its validation). Private: `commands` (`plan`, `ensure`), `daemon` (`run`: flags →
+//! builder → serve), `plan` (the read-only plan as a table, JSON or YAML), `demo` (on the
+//! in-memory backend), `signals` (SIGTERM/SIGINT), `logging` (the tracing subscriber).
 
 pub mod cli;
 pub mod commands;
-pub mod daemon;
-pub mod demo;
-pub mod logging;
-pub mod metrics_auth;
-pub mod plan;
-pub mod signals;
+mod daemon;
+mod demo;
+mod logging;
+mod plan;
+mod signals;
 pub mod tiers_file;
 
 use std::process::ExitCode;

@@ -8,17 +8,37 @@
 //! [`AdmissionPolicy::antrea`](tier_core::admission::AdmissionPolicy::antrea) in a library)
 //! overrides it.
 //!
+//! # A dependency, not a precondition
+//!
+//! Only the webhook's UPDATE review reads the identity, so nothing waits for it at start: a
+//! [`ControllerIdentity`] asks in the background ([`ControllerIdentity::discover`]), retrying
+//! with a capped, jittered backoff ([`RetryBackoff`]) for as long as it lives, and says
+//! meanwhile what it waits for ([`ControllerIdentity::state`]), for a readiness check and for
+//! the UPDATE handler's refusal. An API server unreachable at start, too old for the API, or
+//! naming no user is never fatal.
+//!
 //! ```no_run
 //! # async fn example(client: kube::Client) -> Result<(), tier_kube::IdentityError> {
 //! let user = tier_kube::identity::whoami(&client).await?;
 //! println!("tierd's writes are made as {user}");
+//!
+//! // Or learned in the background, retried until the API server answers:
+//! let identity = tier_kube::identity::ControllerIdentity::discover(client, std::time::Duration::from_secs(10))?;
+//! assert!(identity.user().is_none() || identity.user().is_some());
 //! # Ok(())
 //! # }
 //! ```
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::Api;
 use kube::api::PostParams;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::backoff::RetryBackoff;
 
 /// Asking the API server who the client is failed.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +61,15 @@ pub enum IdentityError {
          (--controller-user)"
     )]
     NoUser,
+    /// The API server did not answer within the call timeout.
+    #[error(
+        "the API server did not say who this client is within {0:?} (SelfSubjectReview); check \
+         the connection or set the controller user explicitly (--controller-user)"
+    )]
+    Timeout(Duration),
+    /// [`ControllerIdentity::discover`] was called outside a tokio runtime (a bug in the caller).
+    #[error("the controller identity must be discovered from within a tokio runtime: {0}")]
+    NoRuntime(#[source] tokio::runtime::TryCurrentError),
 }
 
 /// The user name the API server sees for `client`'s requests.
@@ -67,4 +96,144 @@ pub async fn whoami(client: &kube::Client) -> Result<String, IdentityError> {
         .and_then(|user| user.username)
         .filter(|name| !name.is_empty())
         .ok_or(IdentityError::NoUser)
+}
+
+/// What a [`ControllerIdentity`] knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IdentityState {
+    /// Still asking: how many answers failed so far and the last failure, in words.
+    Pending {
+        /// Failed attempts so far (0 before the first answer).
+        attempts: u32,
+        /// The last failure, with what to do.
+        last_error: Option<String>,
+    },
+    /// The user the API server sees for the client's requests, or the one set explicitly.
+    Known(String),
+}
+
+/// The controller's identity, known at once ([`known`](Self::known)) or learned in the
+/// background ([`discover`](Self::discover)); see the [module docs](self). Cheap to clone; the
+/// background task stops when the last clone is dropped, or once it learned the user.
+#[derive(Clone, Debug)]
+pub struct ControllerIdentity {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: watch::Receiver<IdentityState>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+impl ControllerIdentity {
+    /// An identity set explicitly (`--controller-user`): known from the start, no request.
+    pub fn known(user: impl Into<String>) -> Self {
+        let (_, state) = watch::channel(IdentityState::Known(user.into()));
+        Self {
+            inner: Arc::new(Inner { state, task: None }),
+        }
+    }
+
+    /// Asks the API server with [`whoami`] (each attempt cut after `call_timeout`) until it
+    /// answers, retrying with [`RetryBackoff::STARTUP`]. Spawns the task at once.
+    ///
+    /// # Errors
+    ///
+    /// [`IdentityError::NoRuntime`] outside a tokio runtime; nothing the API server does.
+    pub fn discover(client: kube::Client, call_timeout: Duration) -> Result<Self, IdentityError> {
+        Self::discover_with(client, call_timeout, RetryBackoff::default())
+    }
+
+    /// Like [`discover`](Self::discover), with an explicit retry backoff.
+    ///
+    /// # Errors
+    ///
+    /// [`IdentityError::NoRuntime`] outside a tokio runtime.
+    pub fn discover_with(
+        client: kube::Client,
+        call_timeout: Duration,
+        backoff: RetryBackoff,
+    ) -> Result<Self, IdentityError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(IdentityError::NoRuntime)?;
+        let (tx, state) = watch::channel(IdentityState::Pending {
+            attempts: 0,
+            last_error: None,
+        });
+        let task = runtime.spawn(ask_until_answered(client, call_timeout, backoff, tx));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                state,
+                task: Some(task),
+            }),
+        })
+    }
+
+    /// What is known now.
+    pub fn state(&self) -> IdentityState {
+        self.inner.state.borrow().clone()
+    }
+
+    /// The user, once known.
+    pub fn user(&self) -> Option<String> {
+        match &*self.inner.state.borrow() {
+            IdentityState::Known(user) => Some(user.clone()),
+            IdentityState::Pending { .. } => None,
+        }
+    }
+
+    /// Resolves with the user once known.
+    pub async fn wait(&self) -> String {
+        let mut state = self.inner.state.clone();
+        loop {
+            if let IdentityState::Known(user) = &*state.borrow_and_update() {
+                return user.clone();
+            }
+            if state.changed().await.is_err() {
+                // The task is gone without an answer (only when aborted): nothing will change.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// Asks until answered; logs the first failure and every change of it (not every retry).
+async fn ask_until_answered(
+    client: kube::Client,
+    call_timeout: Duration,
+    mut backoff: RetryBackoff,
+    state: watch::Sender<IdentityState>,
+) {
+    let mut attempts: u32 = 0;
+    loop {
+        let error = match tokio::time::timeout(call_timeout, whoami(&client)).await {
+            Ok(Ok(user)) => {
+                tracing::info!(%user, attempts, "the API server says who tierd is (SelfSubjectReview)");
+                state.send_replace(IdentityState::Known(user));
+                return;
+            }
+            Ok(Err(error)) => error,
+            Err(_) => IdentityError::Timeout(call_timeout),
+        };
+        attempts = attempts.saturating_add(1);
+        let words = error.to_string();
+        let changed = !matches!(&*state.borrow(), IdentityState::Pending { last_error: Some(last), .. } if *last == words);
+        if changed {
+            tracing::warn!(%error, attempts, "controller identity not known yet; retrying with backoff (UPDATE reviews wait for it)");
+        }
+        state.send_replace(IdentityState::Pending {
+            attempts,
+            last_error: Some(words),
+        });
+        let wait = backoff.next().unwrap_or(RetryBackoff::STARTUP.cap);
+        tokio::time::sleep(wait).await;
+    }
 }

@@ -19,7 +19,11 @@
 //! - [`client`]: building a [`kube::Client`] from a kubeconfig, a context or the in-cluster
 //!   service account: the shared one with kube's defaults, the writer's with retries off.
 //! - [`identity`]: who the client authenticates as (`SelfSubjectReview`), the default user the
-//!   webhook lets change priorities.
+//!   webhook lets change priorities, learned in the background ([`ControllerIdentity`]).
+//! - [`auth`]: a bearer token and a non-resource request reviewed by the API server
+//!   (TokenReview, SubjectAccessReview), for `/metrics`.
+//! - [`backoff`]: [`RetryBackoff`], the capped, jittered retry pace of the watches and
+//!   start-up requests.
 //!
 //! One watch, one store: the writer is made from the lister (it updates from the lister's
 //! store), and a lister can sit on an embedder's own reflector ([`KubeLister::shared`]). A
@@ -41,6 +45,8 @@
 //! # }
 //! ```
 
+pub mod auth;
+pub mod backoff;
 pub mod certs;
 pub mod classify;
 pub mod client;
@@ -52,9 +58,10 @@ pub mod lister;
 pub mod policies;
 pub mod writer;
 
+pub use backoff::RetryBackoff;
 pub use client::{ClientError, ClientOptions};
 pub use crd::{CrdError, Tier};
-pub use identity::IdentityError;
+pub use identity::{ControllerIdentity, IdentityError, IdentityState};
 pub use lister::{KubeLister, ListerError, ListerFeed, WatchStats};
 pub use policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache};
 pub use writer::{KubeWriter, WriterConfig};

@@ -122,6 +122,12 @@ const MAX_DETAIL_BYTES: usize = 512;
 /// The message of the denial sent before the Tier cache has synced.
 pub const NOT_SYNCED: &str = "tier cache not synced yet; retry shortly";
 
+/// The refusal of a Tier UPDATE changing a priority while the controller identity is unknown
+/// ([`Webhook::identity_pending`]).
+pub const IDENTITY_PENDING: &str = "tierd does not know its own identity yet (SelfSubjectReview \
+                                    pending), so who may change a priority is unknown; retry \
+                                    shortly";
+
 /// The message of the DELETE denial sent before both policy caches have synced.
 pub const POLICIES_NOT_SYNCED: &str = "Antrea policy caches not synced yet, so whether a policy \
                                        still references this Tier is unknown; retry shortly";
@@ -601,6 +607,7 @@ pub struct Webhook {
     log: Arc<Mutex<LogBudget>>,
     gate: Gate,
     delete_gate: Gate,
+    identity_pending: bool,
 }
 
 impl fmt::Debug for Webhook {
@@ -701,7 +708,16 @@ impl Webhook {
             log: Arc::new(Mutex::new(LogBudget::new())),
             gate: readiness.gate(Self::REQUIRES),
             delete_gate: readiness.gate(Self::DELETE_REQUIRES),
+            identity_pending: false,
         }
+    }
+
+    /// Marks the policy's controller user as not known yet: every Tier UPDATE that changes a
+    /// priority gets a retryable refusal ([`IDENTITY_PENDING`], code 503, retry after 1 s)
+    /// instead of a verdict on a user nobody knows. Other reviews are unaffected.
+    pub fn identity_pending(mut self) -> Self {
+        self.identity_pending = true;
+        self
     }
 
     /// The policy caches a DELETE reads.
@@ -881,6 +897,9 @@ impl Webhook {
                     Ok(p) => p,
                     Err(refusal) => return Verdict::Deny(refusal),
                 };
+                if self.identity_pending && old_priority != new_priority {
+                    return Verdict::Deny(Refusal::not_synced(IDENTITY_PENDING));
+                }
                 let update = Request::Update {
                     name,
                     old_priority,

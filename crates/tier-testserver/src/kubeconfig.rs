@@ -1,9 +1,13 @@
 //! Kubeconfig rendering for the real kube client: one plain-HTTP cluster, one token user,
 //! one context.
 
-/// A kubeconfig YAML document; strings are JSON-quoted, which YAML reads as double-quoted
-/// scalars.
-pub(crate) fn render(server_url: &str, user: &str, token: &str, context: &str) -> String {
+/// A kubeconfig YAML document for the plain-HTTP server at `server_url` (which need not be
+/// listening yet: e.g. a server started later on a chosen [`ServerConfig::port`]), the bearer
+/// `token` of `user`, and one context; strings are JSON-quoted, which YAML reads as
+/// double-quoted scalars.
+///
+/// [`ServerConfig::port`]: crate::ServerConfig::port
+pub fn render(server_url: &str, user: &str, token: &str, context: &str) -> String {
     let q = |s: &str| serde_json::Value::from(s).to_string();
     format!(
         "apiVersion: v1

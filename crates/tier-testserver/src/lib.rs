@@ -82,6 +82,7 @@ mod watch;
 pub use config::{AdmissionMode, FailurePolicy, ServerConfig, WebhookConfig};
 pub use error::Error;
 pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
+pub use kubeconfig::render as kubeconfig_for;
 pub use log::{Endpoint, RequestLog, RequestRecord};
 pub use policies::{Policies, PolicyResource};
 pub use resources::ObjectKind;

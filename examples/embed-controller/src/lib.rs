@@ -1,29 +1,26 @@
 //! A small kube-rs controller that embeds tierd: the example behind README's "Embedding tierd".
 //!
 //! The controller's own job is deliberately small: it labels every Tier
-//! `example.tierd.dev/seen=true`. What it shows is the wiring an embedder needs:
+//! `example.tierd.dev/seen=true`. What it shows is how little an embedder wires:
 //!
-//! 1. **One client.** [`run`] builds one shared [`kube::Client`] (kube's retries on) from a
-//!    `kube::Config`; tierd's writer gets its own no-retry client from the same config
-//!    ([`tier_kube::client::writer_client`]).
+//! 1. **One configuration, two clients** ([`tierd::Clients`]): the shared one for the
+//!    controller and tierd's watches, the writer's without kube's retries.
 //! 2. **One Tier watch.** The controller's own reflector feeds tierd's lister
-//!    ([`KubeLister::shared`]); the writer is made from that lister, so its updates start from
-//!    the same store and keep the controller's labels.
-//! 3. **The ensurer** runs in continuous mode ([`tier_runtime::spawn`]).
-//! 4. **tierd's routes beside the controller's own**: `/livez`, `/readyz` and
-//!    `/validate/tier` from [`tier_server::Routes`], merged into the controller's axum router
-//!    with its `/tiers`. The controller's own check joins `/readyz?verbose` by registering it
-//!    (informational here: it waits for the Tiers, and `/readyz` must not, see
-//!    [`tier_server::health`]).
-//! 5. **The reconciler starts after `initialized()`** ([`ensure_then`]).
-//! 6. **The webhook's controller user** is the controller's own identity
-//!    ([`tier_kube::identity::whoami`]), so its own priority corrections are allowed.
+//!    ([`KubeLister::shared`]), handed to the builder ([`tierd::Builder::tier_cache`]); tierd's
+//!    writer updates from that store, so the controller's labels survive tierd's corrections.
+//! 3. **tierd itself**: [`tierd::Tierd::builder`] and `start`. It brings the policy caches,
+//!    the reservations shared by its writer and its webhook, its identity (asked of the API
+//!    server in the background), Events and every readiness check.
+//! 4. **tierd's routes beside the controller's own** ([`tierd::Tierd::router`]), and the
+//!    controller's check in tierd's registry (informational: it waits for the Tiers, and
+//!    `/readyz` must not, see [`tier_server::health`]).
+//! 5. **The reconciler starts after `initialized()`** ([`after_initialized`]).
 //!
-//! `tests/testserver.rs` runs [`run`] against the test API server; `tests/ports.rs` shows
-//! how an embedder unit-tests its own code on mocked ports and the in-memory backend.
+//! `tests/testserver.rs` runs [`run`] against the test API server, as the cluster's webhook
+//! too; `tests/ports.rs` shows how an embedder unit-tests its own code on mocked ports and the
+//! in-memory backend.
 
 use std::future::Future;
-use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -34,12 +31,11 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
-use tier_core::admission::AdmissionPolicy;
-use tier_core::{DesiredSet, DriverConfig, Mode, TierLister, TierWriter};
-use tier_kube::{KubeLister, Tier, WriterConfig};
-use tier_runtime::Ensurer;
-use tier_server::readiness::{CacheSynced, CheckState};
-use tier_server::{Readiness, Routes, Shutdown, Webhook};
+use prometheus_client::registry::Registry;
+use tier_core::{DesiredSet, StatusHandle, TierLister};
+use tier_kube::{KubeLister, Tier};
+use tier_server::readiness::CheckState;
+use tierd::{Clients, Tierd};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -56,39 +52,32 @@ pub enum Error {
     /// No client could be built from the configuration.
     #[error(transparent)]
     Client(#[from] tier_kube::ClientError),
-    /// The API server could not say who this controller is (set the user explicitly).
+    /// tierd could not start (only outside a tokio runtime).
     #[error(transparent)]
-    Identity(#[from] tier_kube::IdentityError),
+    Start(#[from] tierd::StartError),
     /// The HTTP server failed.
     #[error("the HTTP server failed: {0}")]
     Serve(#[source] std::io::Error),
 }
 
-/// Starts tierd's ensurer on `lister` and `writer` (continuous mode), and `reconciler` once
-/// every desired Tier has converged once. The returned task ends with `None` if the ensurer
-/// stopped before that: the reconciler then never starts.
+/// Starts `reconciler` once every desired Tier has converged once (`status` from
+/// [`Tierd::status`] or any ensurer). The task ends with `None` if the driver stopped before
+/// that: the reconciler then never starts.
 ///
-/// Generic over tierd's ports, so an embedder tests it without a cluster (`tests/ports.rs`).
-pub fn ensure_then<L, W, F>(
-    lister: L,
-    writer: W,
-    desired: DesiredSet,
-    config: DriverConfig,
+/// Generic over where the status comes from, so an embedder tests it without a cluster
+/// (`tests/ports.rs`).
+pub fn after_initialized<F>(
+    mut status: StatusHandle,
     reconciler: F,
-) -> (Ensurer, JoinHandle<Option<F::Output>>)
+) -> JoinHandle<Option<F::Output>>
 where
-    L: TierLister + 'static,
-    W: TierWriter + 'static,
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let ensurer = tier_runtime::spawn(lister, writer, desired, config, Mode::Continuous);
-    let mut status = ensurer.status();
-    let reconciler = tokio::spawn(async move {
+    tokio::spawn(async move {
         status.initialized().await.ok()?;
         Some(reconciler.await)
-    });
-    (ensurer, reconciler)
+    })
 }
 
 /// The names of the Tiers `lister` observes, sorted; `None` before its first complete list.
@@ -101,18 +90,16 @@ pub fn tier_names(lister: &dyn TierLister) -> Option<Vec<String>> {
 ///
 /// # Errors
 ///
-/// A client that cannot be built, an API server that cannot say who the controller is, or a
-/// failed HTTP server.
+/// A client that cannot be built from `config`, or a failed HTTP server. Nothing the API
+/// server does: tierd waits for it behind its readiness checks.
 pub async fn run(
     config: kube::Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    // 1. One shared client (kube's defaults); the writer's, without retries, from one config.
-    let client = tier_kube::client::client_from_config(config.clone())?;
-    let writer_client = tier_kube::client::writer_client(config)?;
-    // 6. The webhook lets this controller's own identity change priorities.
-    let user = tier_kube::identity::whoami(&client).await?;
+    // 1. Two clients from one configuration.
+    let clients = Clients::from_config(config)?;
+    let client = clients.shared().clone();
 
     // 2. The controller's Tier reflector, shared with tierd: one list, one watch.
     let (store, store_writer) = reflector::store::<Tier>();
@@ -135,41 +122,28 @@ pub async fn run(
         }
     });
 
-    // 3 and 5. tierd's ensurer; the controller's reconciler once the system Tiers exist.
-    let writer = lister.writer(writer_client, WriterConfig::default());
+    // 3. tierd.
+    let tierd = Tierd::builder(clients, DesiredSet::antrea())
+        .tier_cache(lister.clone())
+        .start()?;
+
+    // 4 and 5. The controller's check and routes beside tierd's; its reconciler once the
+    // system Tiers exist.
     let (started_tx, started) = watch::channel(CheckState::failed(
         "waiting for tierd to initialize the system Tiers",
     ));
-    let reconciler = reconcile(
-        Api::all(client.clone()),
-        store.clone(),
-        changed_rx,
-        started_tx,
+    tierd
+        .readiness()
+        .register_informational(RECONCILER_CHECK, started);
+    let reconciler = after_initialized(
+        tierd.status(),
+        reconcile(Api::all(client), store, changed_rx, started_tx),
     );
-    let (ensurer, reconciler) = ensure_then(
-        lister.clone(),
-        writer,
-        DesiredSet::antrea(),
-        DriverConfig::default(),
-        reconciler,
-    );
-
-    // 4. tierd's routes in the controller's router, its own check in the registry.
-    let stop = Shutdown::new();
-    let cache: Arc<dyn TierLister> = Arc::new(lister.clone());
-    let readiness = Readiness::standard(ensurer.status(), CacheSynced::new(cache.clone()), &stop);
-    readiness.register_informational(RECONCILER_CHECK, started);
-    let tierd = Routes::new(readiness.clone())
-        .webhook(Webhook::new(
-            cache,
-            AdmissionPolicy::antrea(user),
-            &readiness,
-        ))
-        .into_router();
     let router = Router::new()
         .route("/tiers", get(list_tiers).with_state(lister))
-        .merge(tierd);
+        .merge(tierd.router(Registry::default()));
 
+    let stop = tierd.shutdown_signal().clone();
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown.await;
@@ -177,7 +151,7 @@ pub async fn run(
         })
         .await
         .map_err(Error::Serve);
-    ensurer.shutdown().await;
+    tierd.shutdown().await;
     reconciler.abort();
     watch.abort();
     served

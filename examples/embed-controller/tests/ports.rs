@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use embed_controller::{ensure_then, tier_names};
+use embed_controller::{after_initialized, tier_names};
 use tier_core::{
-    DesiredSet, DriverConfig, MockTierLister, MockTierWriter, ObservedTier, Snapshot, WriteError,
+    DesiredSet, DriverConfig, MockTierLister, MockTierWriter, Mode, ObservedTier, Snapshot,
+    WriteError,
 };
 use tier_memory::MemoryCluster;
 
@@ -24,13 +25,14 @@ async fn the_reconciler_waits_while_the_tiers_are_blocked() {
         .expect_create()
         .returning(|_| Err(WriteError::denied("admission webhook denied the request")));
     writer.expect_update().never();
-    let (ensurer, reconciler) = ensure_then(
+    let ensurer = tier_runtime::spawn(
         cluster,
         writer,
         DesiredSet::antrea(),
         DriverConfig::default(),
-        async { "reconciled" },
+        Mode::Continuous,
     );
+    let reconciler = after_initialized(ensurer.status(), async { "reconciled" });
     // Ten virtual minutes of refusals.
     tokio::time::sleep(Duration::from_secs(600)).await;
     assert!(
@@ -51,13 +53,14 @@ async fn the_reconciler_waits_while_the_tiers_are_blocked() {
 async fn the_reconciler_starts_once_the_tiers_exist() {
     let cluster = MemoryCluster::new();
     let observed = cluster.clone();
-    let (ensurer, reconciler) = ensure_then(
+    let ensurer = tier_runtime::spawn(
         cluster.clone(),
         cluster,
         DesiredSet::antrea(),
         DriverConfig::default(),
-        async move { observed.tiers().len() },
+        Mode::Continuous,
     );
+    let reconciler = after_initialized(ensurer.status(), async move { observed.tiers().len() });
     let tiers_when_started = tokio::time::timeout(Duration::from_secs(60), reconciler)
         .await
         .unwrap()

@@ -1,15 +1,19 @@
 //! The example controller, run as in production against the test API server: it ensures
 //! Antrea's six Tiers, labels them, keeps its labels through tierd's corrections, shares one
-//! Tier watch with tierd, and serves tierd's routes beside its own.
+//! Tier watch with tierd, and serves tierd's routes beside its own; as the cluster's Tier
+//! webhook, it lets a user delete an unreferenced Tier and admits exactly one of two
+//! concurrent creates at one priority.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use embed_controller::SEEN_LABEL;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
 use tier_core::TierLister;
-use tier_kube::KubeLister;
-use tier_testserver::{AdmissionMode, ServerConfig, TestApiServer, Verb};
+use tier_kube::{KubeLister, Tier};
+use tier_testserver::{AdmissionMode, ServerConfig, TestApiServer, Verb, WebhookConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const USER: &str = "system:serviceaccount:kube-system:my-controller";
@@ -55,27 +59,115 @@ async fn until_stored(
     .unwrap_or_else(|_| panic!("never reached: {:?}", server.store().list()));
 }
 
+/// A kube configuration for `user` of `server`.
+async fn config_for(server: &TestApiServer, user: &str) -> kube::Config {
+    let yaml = server.kubeconfig_yaml(user, "test").unwrap();
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .unwrap()
+}
+
+/// A test API server with Antrea's built-in admission, the controller's user and alice.
+async fn cluster() -> TestApiServer {
+    TestApiServer::start(
+        ServerConfig::default()
+            .user("my-controller-token", USER)
+            .user("alice-token", "alice")
+            .admission(AdmissionMode::BuiltinAntrea {
+                controller_user: USER.to_owned(),
+            }),
+    )
+    .await
+    .unwrap()
+}
+
+/// The example controller as the cluster's Tier webhook (kube-apiserver calls its
+/// `/validate/tier`): alice deletes a Tier she created, and of her two concurrent creates at
+/// one priority exactly one is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_webhook_serves_deletes_and_admits_one_of_two_creates() {
+    let server = cluster().await;
+    let config = config_for(&server, USER).await;
+    let observer =
+        KubeLister::start(tier_kube::client::client_from_config(config.clone()).unwrap()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(embed_controller::run(config, listener, async {
+        let _ = stopped.await;
+    }));
+    until_stored(&server, &observer, |_| true).await;
+    server
+        .set_admission(AdmissionMode::Webhook(WebhookConfig::new(format!(
+            "http://{addr}/validate/tier"
+        ))))
+        .unwrap();
+
+    let alice: Api<Tier> = Api::all(
+        tier_kube::client::client_from_config(config_for(&server, "alice").await).unwrap(),
+    );
+    let tier = |name: &str, priority: i32| {
+        Tier::new(
+            name,
+            tier_kube::crd::TierSpec {
+                priority,
+                description: None,
+            },
+        )
+    };
+    // A user Tier, created and deleted through the embedder's webhook.
+    alice
+        .create(&PostParams::default(), &tier("team-a", 10))
+        .await
+        .unwrap();
+    // DELETE waits for the policy caches (a retryable refusal until they sync), then passes.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match alice.delete("team-a", &DeleteParams::default()).await {
+            Ok(_) => break,
+            Err(error) => assert!(Instant::now() < deadline, "never deleted: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(server.store().get("team-a").is_none());
+    // A reserved one is still protected.
+    let refused = alice.delete("baseline", &DeleteParams::default()).await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    // Two concurrent creates at one priority: exactly one admitted.
+    let (params, team_x, team_y) = (
+        PostParams::default(),
+        tier("team-x", 30),
+        tier("team-y", 30),
+    );
+    let (x, y) = tokio::join!(
+        alice.create(&params, &team_x),
+        alice.create(&params, &team_y),
+    );
+    assert_eq!(
+        usize::from(x.is_ok()) + usize::from(y.is_ok()),
+        1,
+        "{x:?} {y:?}"
+    );
+    let loser = if x.is_ok() { y } else { x };
+    assert!(
+        format!("{loser:?}").contains("overlaps"),
+        "refused for the overlap: {loser:?}"
+    );
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(PATIENCE, controller)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_controller_embeds_tierd() {
-    let token = "my-controller-token";
-    let server = TestApiServer::start(ServerConfig::default().user(token, USER).admission(
-        AdmissionMode::BuiltinAntrea {
-            controller_user: USER.to_owned(),
-        },
-    ))
-    .await
-    .unwrap();
-    let kubeconfig = std::env::temp_dir().join(format!(
-        "embed-controller-{}.kubeconfig",
-        std::process::id()
-    ));
-    server.write_kubeconfig(&kubeconfig, USER).unwrap();
-    let config = tier_kube::client::config(&tier_kube::ClientOptions {
-        kubeconfig: Some(kubeconfig.clone()),
-        ..tier_kube::ClientOptions::default()
-    })
-    .await
-    .unwrap();
+    let server = cluster().await;
+    let config = config_for(&server, USER).await;
 
     // The test's own observer (its requests are subtracted below).
     let observer =
@@ -138,5 +230,4 @@ async fn the_example_controller_embeds_tierd() {
         .unwrap()
         .unwrap()
         .unwrap();
-    let _ = std::fs::remove_file(&kubeconfig);
 }

@@ -1,20 +1,21 @@
-//! `/metrics` protected as controller-runtime protects it: TokenReview and SubjectAccessReview
-//! of the scraper's bearer token, made by tierd's kube client against the test API server.
+//! `/metrics` protected as controller-runtime protects it ([`tierd::Builder::metrics_auth`]):
+//! TokenReview and SubjectAccessReview of the scraper's bearer token, made by tierd's kube
+//! client against the test API server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
-use tier_bin::metrics_auth::KubeAuthorizer;
-use tier_server::{Server, auth, metrics};
+use tier_core::DesiredSet;
+use tier_server::Server;
 use tier_testserver::{ServerConfig, TestApiServer};
+use tierd::{Clients, Events, Tierd};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIERD: &str = "system:serviceaccount:kube-system:tierd";
 const PROMETHEUS: &str = "system:serviceaccount:monitoring:prometheus";
 
-async fn kube_client(server: &TestApiServer, user: &str) -> kube::Client {
+async fn clients(server: &TestApiServer, user: &str) -> Clients {
     let yaml = server.kubeconfig_yaml(user, "test").unwrap();
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
     let config = kube::Config::from_custom_kubeconfig(
@@ -23,7 +24,7 @@ async fn kube_client(server: &TestApiServer, user: &str) -> kube::Client {
     )
     .await
     .unwrap();
-    kube::Client::try_from(config).unwrap()
+    Clients::from_config(config).unwrap()
 }
 
 /// GET /metrics with an optional bearer token: status code and body.
@@ -54,11 +55,13 @@ async fn metrics_refuse_unauthenticated_scrapes_and_accept_an_approved_token() {
     .unwrap();
     api.grant_non_resource(PROMETHEUS, "get", "/metrics");
 
-    let (_status_tx, status) = tokio::sync::watch::channel(tier_core::Status::default());
-    let mut registry = Registry::default();
-    metrics::register(&mut registry, status);
-    let authorizer = Arc::new(KubeAuthorizer::new(kube_client(&api, TIERD).await));
-    let router = auth::protect(metrics::routes(Arc::new(registry)), authorizer);
+    let tierd = Tierd::builder(clients(&api, TIERD).await, DesiredSet::antrea())
+        .controller_user(TIERD)
+        .events(Events::Off)
+        .metrics_auth(true)
+        .start()
+        .unwrap();
+    let router = tierd.metrics(Registry::default());
     let listener = tier_server::server::bind(([127, 0, 0, 1], 0).into())
         .await
         .unwrap();
@@ -80,7 +83,7 @@ async fn metrics_refuse_unauthenticated_scrapes_and_accept_an_approved_token() {
     // Authenticated and allowed to get /metrics.
     let (code, body) = scrape(addr, Some("prometheus-token")).await;
     assert_eq!(code, 200, "{body}");
-    assert!(body.contains("tierd_cache_synced 0"), "{body}");
+    assert!(body.contains("tierd_cache_synced "), "{body}");
 
     // The reviews were made with tierd's own credentials.
     let log = api.requests();
@@ -106,4 +109,5 @@ async fn metrics_refuse_unauthenticated_scrapes_and_accept_an_approved_token() {
 
     let _ = stop.send(());
     serving.await.unwrap().unwrap();
+    tierd.shutdown().await;
 }

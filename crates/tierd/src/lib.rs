@@ -1,0 +1,607 @@
+//! tierd assembled: one builder for the `tierd run` daemon and every controller that embeds it.
+//!
+//! [`Tierd::builder`] takes the two clients ([`Clients`]: the shared one with kube's retries,
+//! the writer's without) and the desired Tiers; [`Builder::start`] starts, and returns a
+//! running [`Tierd`] that owns every part:
+//!
+//! | part | default | a caller may |
+//! |---|---|---|
+//! | the Tier cache | its own watch of every Tier | give its own reflector's lister ([`Builder::tier_cache`]) |
+//! | the writer | from the Tier cache, no-retry client, recording into the webhook's reservation table | set its call timeout and field manager ([`Builder::writer_config`]) |
+//! | the policy caches (ClusterNetworkPolicies, NetworkPolicies) | their own watches | nothing: the webhook's DELETE needs them |
+//! | the controller identity | learned by SelfSubjectReview in the background | set it ([`Builder::controller_user`]) |
+//! | protected names | Antrea's six and every desired name | nothing |
+//! | Events | published as Kubernetes Events | set the reporting instance, or turn them off ([`Builder::events`]) |
+//! | metrics authentication | off (bind `/metrics` to localhost) | turn it on ([`Builder::metrics_auth`]) |
+//! | the self-signed certificate | none | keep one ([`Builder::self_signed_cert`]) |
+//! | readiness checks | all of tierd's; `system-tiers` informational | require `system-tiers` ([`Builder::ready_requires_tiers`]), register its own on [`Tierd::readiness`] |
+//!
+//! The running [`Tierd`] gives the driver's status ([`Tierd::status`], with
+//! `initialized()`), the routers for each port ([`Tierd::probes`], [`Tierd::webhook`],
+//! [`Tierd::metrics`], or [`Tierd::router`] for all on one), and a prompt
+//! [`shutdown`](Tierd::shutdown). There is no way to get a webhook without the policy caches
+//! (which would refuse every DELETE) or without the writer's reservations (which would let two
+//! creates at one priority pass): the builder makes all three from one table.
+//!
+//! # Nothing from the network is fatal
+//!
+//! [`Builder::start`] sends no request and fails only outside a tokio runtime. Every fact
+//! learned from the API server is a dependency with a readiness check and a capped, jittered
+//! retry ([`tier_kube::RetryBackoff::STARTUP`]: at most 2 s between attempts), needed only by
+//! the handlers that read it:
+//!
+//! | fact | check | needed by |
+//! |---|---|---|
+//! | the Tier cache | `tier-cache-synced` (required) | the driver; every review |
+//! | the policy caches | `acnp-cache-synced`, `annp-cache-synced` (informational) | DELETE reviews |
+//! | the controller identity | [`CONTROLLER_IDENTITY`] (informational) | UPDATE reviews that change a priority (until then: [`IDENTITY_PENDING`], code 503, retry after 1 s) |
+//! | the self-signed certificate | [`SERVING_CERTIFICATE`] (required) | the webhook's port ([`Tierd::certificate_settled`]) |
+//!
+//! The informational checks do not fail `/readyz`: kube-apiserver reaches the webhook only
+//! through Ready pods, and tierd's own Tier creates need the webhook (the second dependency
+//! loop in docs/ARCHITECTURE.md).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use tier_core::DesiredSet;
+//! use tierd::{Clients, Tierd};
+//!
+//! let config = tier_kube::client::config(&tier_kube::ClientOptions::default()).await?;
+//! let tierd = Tierd::builder(Clients::from_config(config)?, DesiredSet::antrea()).start()?;
+//! let router = tierd.router(prometheus_client::registry::Registry::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let serving = tokio::spawn(async move { axum::serve(listener, router).await });
+//! tierd.initialized().await.ok();
+//! tierd.shutdown().await;
+//! serving.abort();
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod admission;
+mod authorizer;
+mod certificate;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use prometheus_client::registry::Registry;
+use tier_core::admission::AdmissionPolicy;
+use tier_core::{
+    DesiredSet, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped, TierLister,
+    ValidationRules,
+};
+use tier_kube::policies::{PolicyCache, PolicyKind};
+use tier_kube::{
+    ClusterNetworkPolicies, ControllerIdentity, IdentityState, KubeLister, NetworkPolicies,
+    RetryBackoff, WriterConfig,
+};
+use tier_runtime::Ensurer;
+use tier_server::readiness::{
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SYSTEM_TIERS, SystemTiers, from_fn,
+};
+use tier_server::{
+    Check, CheckState, HealthConfig, PolicyReferences, Readiness, ReservationTable,
+    ReservingWriter, Routes, Shutdown, Webhook,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use admission::IDENTITY_PENDING;
+pub use certificate::{SELF_SIGNED_POLL, SERVING_CERTIFICATE, SelfSigned};
+
+/// The readiness check that passes once the controller identity is known (informational:
+/// only UPDATE reviews need it).
+pub const CONTROLLER_IDENTITY: &str = "controller-identity";
+
+/// The two clients tierd needs, from one `kube::Config`: the shared one (kube's retries on:
+/// the watches, Events, identity, reviews) and the writer's (retries off: every failure
+/// reaches the core, which re-observes first). Only [`from_config`](Self::from_config) makes
+/// them, so the writer's client cannot have retries on.
+#[derive(Clone)]
+pub struct Clients {
+    shared: kube::Client,
+    writer: kube::Client,
+}
+
+impl fmt::Debug for Clients {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Clients").finish_non_exhaustive()
+    }
+}
+
+impl Clients {
+    /// Both clients for `config`. Sends no request.
+    ///
+    /// # Errors
+    ///
+    /// [`tier_kube::ClientError`] when `config` cannot make a client (TLS, credentials).
+    pub fn from_config(config: kube::Config) -> Result<Self, tier_kube::ClientError> {
+        Ok(Self {
+            shared: tier_kube::client::client_from_config(config.clone())?,
+            writer: tier_kube::client::writer_client(config)?,
+        })
+    }
+
+    /// The shared client, for the embedder's own requests and watches.
+    pub fn shared(&self) -> &kube::Client {
+        &self.shared
+    }
+}
+
+/// Starting tierd failed; never because of the API server.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A cache could not be started (outside a tokio runtime: a bug in the caller).
+    #[error(transparent)]
+    Cache(#[from] tier_kube::ListerError),
+    /// The identity could not be looked for (outside a tokio runtime: a bug in the caller).
+    #[error(transparent)]
+    Identity(#[from] tier_kube::IdentityError),
+}
+
+/// Whether and how the driver's Tier events become Kubernetes Events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Events {
+    /// Published as Kubernetes Events, reported by `tierd` (and `instance`, e.g. the pod name).
+    Kubernetes {
+        /// The reporting instance.
+        instance: Option<String>,
+    },
+    /// Not published.
+    Off,
+}
+
+/// How to start tierd; see the [crate docs](crate). Made by [`Tierd::builder`].
+#[must_use = "call start to run tierd"]
+pub struct Builder {
+    clients: Clients,
+    desired: DesiredSet,
+    tier_cache: Option<KubeLister>,
+    controller_user: Option<String>,
+    rules: ValidationRules,
+    writer: WriterConfig,
+    driver: DriverConfig,
+    events: Events,
+    metrics_auth: bool,
+    ready_requires_tiers: bool,
+    self_signed: Option<SelfSigned>,
+    health: HealthConfig,
+}
+
+impl fmt::Debug for Builder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("desired", &self.desired)
+            .field("controller_user", &self.controller_user)
+            .field("events", &self.events)
+            .field("metrics_auth", &self.metrics_auth)
+            .field("self_signed", &self.self_signed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    /// Read the Tiers from the embedder's lister instead of a watch of tierd's own (one list
+    /// and one watch for both; [`KubeLister::shared`] or [`KubeLister::from_reflector`]). The
+    /// writer updates from its store, so the embedder's labels survive tierd's corrections.
+    pub fn tier_cache(mut self, lister: KubeLister) -> Self {
+        self.tier_cache = Some(lister);
+        self
+    }
+
+    /// The user the webhook lets change priorities, instead of asking the API server
+    /// (SelfSubjectReview) who the shared client is.
+    pub fn controller_user(mut self, user: impl Into<String>) -> Self {
+        self.controller_user = Some(user.into());
+        self
+    }
+
+    /// The admission rules (feature gates) the webhook applies; Antrea's defaults otherwise.
+    /// Validate the desired set against the same rules.
+    pub fn rules(mut self, rules: ValidationRules) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The writer's field manager and call timeout (the timeout also bounds each identity and
+    /// certificate request).
+    pub fn writer_config(mut self, config: WriterConfig) -> Self {
+        self.writer = config;
+        self
+    }
+
+    /// The driver's timing and seed.
+    pub fn driver_config(mut self, config: DriverConfig) -> Self {
+        self.driver = config;
+        self
+    }
+
+    /// Kubernetes Events for created, corrected, blocked and contested Tiers (default: on,
+    /// no instance).
+    pub fn events(mut self, events: Events) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Protect `/metrics` by TokenReview and SubjectAccessReview (serve it over TLS then).
+    pub fn metrics_auth(mut self, on: bool) -> Self {
+        self.metrics_auth = on;
+        self
+    }
+
+    /// Make `system-tiers` a required readiness check (see the crate docs for the loop that
+    /// risks).
+    pub fn ready_requires_tiers(mut self, on: bool) -> Self {
+        self.ready_requires_tiers = on;
+        self
+    }
+
+    /// Keep a self-signed serving certificate in a Secret, the files and the webhook
+    /// configuration's `caBundle`; the webhook serves once [`Tierd::certificate_settled`].
+    pub fn self_signed_cert(mut self, self_signed: SelfSigned) -> Self {
+        self.self_signed = Some(self_signed);
+        self
+    }
+
+    /// Which checks `/livez` and `/readyz` include.
+    pub fn health(mut self, config: HealthConfig) -> Self {
+        self.health = config;
+        self
+    }
+
+    /// Starts every part in the background and returns at once; sends no request itself.
+    ///
+    /// # Errors
+    ///
+    /// [`StartError`] only outside a tokio runtime.
+    pub fn start(self) -> Result<Tierd, StartError> {
+        let client = self.clients.shared.clone();
+        let lister = match self.tier_cache {
+            Some(lister) => lister,
+            None => watch_tiers(&client)?,
+        };
+        let acnps = policy_cache::<ClusterNetworkPolicies>(&client)?;
+        let annps = policy_cache::<NetworkPolicies>(&client)?;
+        let identity = match self.controller_user {
+            Some(user) => {
+                tracing::info!(%user, "the webhook lets this user change priorities (set explicitly)");
+                ControllerIdentity::known(user)
+            }
+            None => ControllerIdentity::discover(client.clone(), self.writer.call_timeout)?,
+        };
+
+        let reservations = ReservationTable::default();
+        let writer = ReservingWriter::new(
+            lister.writer(self.clients.writer.clone(), self.writer.clone()),
+            reservations.clone(),
+        );
+        let mut tasks = Tasks::default();
+        let desired = self.desired.clone();
+        let ensurer = match &self.events {
+            Events::Kubernetes { instance } => {
+                let (ensurer, events) = tier_runtime::spawn_with_events(
+                    lister.clone(),
+                    writer,
+                    desired,
+                    self.driver,
+                    Mode::Continuous,
+                );
+                let reporter = tier_kube::events::reporter(instance.clone());
+                let events = tier_kube::events::publish(client.clone(), reporter, events);
+                tasks.handles.push(tokio::spawn(async move {
+                    events.await;
+                }));
+                ensurer
+            }
+            Events::Off => tier_runtime::spawn(
+                lister.clone(),
+                writer,
+                desired,
+                self.driver,
+                Mode::Continuous,
+            ),
+        };
+        let status = ensurer.status();
+        tasks.driver = Some(ensurer.cancellation());
+
+        let shutdown = Shutdown::new();
+        let readiness = Readiness::standard(status.clone(), cache_synced(&lister), &shutdown);
+        readiness
+            .register_informational(ACNP_CACHE_SYNCED, policy_cache_synced(acnps.clone()))
+            .register_informational(ANNP_CACHE_SYNCED, policy_cache_synced(annps.clone()))
+            .register_informational(CONTROLLER_IDENTITY, identity_known(identity.clone()));
+        if self.ready_requires_tiers {
+            readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
+        }
+        let certificate = self.self_signed.map(|wanted| {
+            let (state, check) = watch::channel(CheckState::failed(
+                "settling the self-signed certificate: no answer from the API server yet",
+            ));
+            readiness.register(SERVING_CERTIFICATE, check.clone());
+            tasks
+                .handles
+                .push(tokio::spawn(certificate::settle_then_maintain(
+                    client.clone(),
+                    wanted,
+                    self.writer.call_timeout,
+                    state,
+                    shutdown.clone(),
+                )));
+            check
+        });
+
+        let cache: Arc<dyn TierLister> = Arc::new(lister.clone());
+        let references = PolicyReferences::new(Arc::new(acnps), Arc::new(annps));
+        let policy_of = {
+            let desired = self.desired.clone();
+            let rules = self.rules.clone();
+            move |user: &str| admission_policy(&desired, user, rules.clone())
+        };
+        let gates = readiness.clone();
+        let make: admission::MakeWebhook = Arc::new(move |user: &str| {
+            Webhook::new(cache.clone(), policy_of(user), &gates)
+                .policy_references(references.clone())
+                .reservations(reservations.clone())
+        });
+        let webhook = admission::IdentityGated::new(identity.clone(), make);
+        let authorizer = self.metrics_auth.then(|| {
+            let authorizer: Arc<dyn tier_server::auth::Authorizer> =
+                Arc::new(authorizer::KubeAuthorizer::new(client.clone()));
+            authorizer
+        });
+        Ok(Tierd {
+            ensurer,
+            status,
+            lister,
+            readiness,
+            shutdown,
+            identity,
+            webhook,
+            authorizer,
+            certificate,
+            health: self.health,
+            tasks,
+        })
+    }
+}
+
+/// A Tier cache on its own watch of every Tier, retrying with [`RetryBackoff::STARTUP`] (at
+/// most 2 s between attempts, so it syncs soon after an unreachable API server returns),
+/// for commands that need the cache alone (`tierd plan`, `tierd ensure`).
+///
+/// # Errors
+///
+/// [`tier_kube::ListerError`] outside a tokio runtime.
+pub fn watch_tiers(client: &kube::Client) -> Result<KubeLister, tier_kube::ListerError> {
+    let (store, writer) = reflector::store();
+    let events = reflector::reflector(
+        writer,
+        watcher(Api::all(client.clone()), watcher::Config::default())
+            .backoff(RetryBackoff::default()),
+    );
+    KubeLister::from_reflector(store, events)
+}
+
+/// A policy cache watching with the start-up backoff.
+fn policy_cache<K: PolicyKind>(client: &kube::Client) -> Result<PolicyCache<K>, StartError> {
+    Ok(PolicyCache::<K>::start_with(
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        RetryBackoff::default(),
+    )?)
+}
+
+/// The admission policy for `desired` under `rules`: Antrea's six names and every desired name
+/// are protected from deletion (a custom set adds to Antrea's, never replaces them), each
+/// desired priority belongs to its Tier, and `user` may change priorities.
+fn admission_policy(desired: &DesiredSet, user: &str, rules: ValidationRules) -> AdmissionPolicy {
+    AdmissionPolicy::antrea(user).desire(desired).with_rules(rules)
+}
+
+/// The readiness check of one policy cache: passes once it listed (or found its CRD not
+/// installed); until then its reason names the watch's last error.
+fn policy_cache_synced<K: PolicyKind>(cache: PolicyCache<K>) -> impl Check {
+    from_fn(move || match cache.describe() {
+        Ok(_) => CheckState::Ok,
+        Err(reason) => CheckState::Failed(reason),
+    })
+}
+
+/// The `tier-cache-synced` check on `lister`, its reason carrying the watch's last error.
+fn cache_synced(lister: &KubeLister) -> CacheSynced {
+    let stats = lister.clone();
+    CacheSynced::new(Arc::new(lister.clone()))
+        .with_last_error(move || stats.watch_stats().last_error)
+}
+
+/// [`CONTROLLER_IDENTITY`]: ok once known; else what the SelfSubjectReview last met.
+fn identity_known(identity: ControllerIdentity) -> impl Check {
+    from_fn(move || match identity.state() {
+        IdentityState::Known(_) => CheckState::Ok,
+        IdentityState::Pending {
+            attempts,
+            last_error,
+        } => CheckState::Failed(match last_error {
+            Some(error) => format!(
+                "asking the API server who tierd is (SelfSubjectReview), {attempts} attempts \
+                 failed; UPDATE reviews wait for it: {error}"
+            ),
+            None => "asking the API server who tierd is (SelfSubjectReview); UPDATE reviews \
+                     wait for it"
+                .to_owned(),
+        }),
+    })
+}
+
+/// tierd running; see the [crate docs](crate). Dropping it stops the driver (no write starts
+/// after) and the background tasks; the caches' watches stop once the routers are dropped too.
+/// [`shutdown`](Self::shutdown) also waits for the driver to end.
+pub struct Tierd {
+    ensurer: Ensurer,
+    status: StatusHandle,
+    lister: KubeLister,
+    readiness: Readiness,
+    shutdown: Shutdown,
+    identity: ControllerIdentity,
+    webhook: admission::IdentityGated,
+    authorizer: Option<Arc<dyn tier_server::auth::Authorizer>>,
+    certificate: Option<watch::Receiver<CheckState>>,
+    health: HealthConfig,
+    tasks: Tasks,
+}
+
+impl fmt::Debug for Tierd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tierd")
+            .field("status", &self.status.current())
+            .field("identity", &self.identity.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// tierd's background tasks (Events, the certificate), aborted when dropped, and the
+/// driver's cancellation, cancelled then: a dropped [`Tierd`] starts no write.
+#[derive(Debug, Default)]
+struct Tasks {
+    handles: Vec<JoinHandle<()>>,
+    driver: Option<tokio_util::sync::CancellationToken>,
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        if let Some(driver) = &self.driver {
+            driver.cancel();
+        }
+        for task in &self.handles {
+            task.abort();
+        }
+    }
+}
+
+impl Tierd {
+    /// A builder for tierd on `clients`, ensuring `desired`.
+    pub fn builder(clients: Clients, desired: DesiredSet) -> Builder {
+        Builder {
+            clients,
+            desired,
+            tier_cache: None,
+            controller_user: None,
+            rules: ValidationRules::default(),
+            writer: WriterConfig::default(),
+            driver: DriverConfig::default(),
+            events: Events::Kubernetes { instance: None },
+            metrics_auth: false,
+            ready_requires_tiers: false,
+            self_signed: None,
+            health: HealthConfig::default(),
+        }
+    }
+
+    /// The driver's status; `status().initialized()` resolves once every Tier converged once.
+    pub fn status(&self) -> StatusHandle {
+        self.status.clone()
+    }
+
+    /// Resolves once every desired Tier has converged once (latched).
+    ///
+    /// # Errors
+    ///
+    /// [`DriverStopped`] if the driver stopped before.
+    pub async fn initialized(&self) -> Result<(), DriverStopped> {
+        self.status.clone().initialized().await
+    }
+
+    /// The Tier cache (tierd's own watch, or the embedder's).
+    pub fn lister(&self) -> &KubeLister {
+        &self.lister
+    }
+
+    /// The readiness registry: every check of tierd; register the embedder's own here.
+    pub fn readiness(&self) -> &Readiness {
+        &self.readiness
+    }
+
+    /// The controller identity (known, or still being asked).
+    pub fn identity(&self) -> &ControllerIdentity {
+        &self.identity
+    }
+
+    /// The shutdown signal: trigger it first on SIGTERM so `/readyz` fails at once; servers
+    /// drain on it ([`Shutdown::drained`]). [`shutdown`](Self::shutdown) triggers it too.
+    pub fn shutdown_signal(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// `/livez`, `/readyz` and their per-check paths, for the probe port (plain HTTP).
+    pub fn probes(&self) -> Router {
+        Routes::new(self.readiness.clone())
+            .health(self.health.clone())
+            .into_ports()
+            .probes
+    }
+
+    /// `POST /validate/tier`, for the webhook port (TLS): CREATE once the Tier cache synced,
+    /// DELETE once the policy caches did too, an UPDATE changing a priority once the identity
+    /// is known.
+    pub fn webhook(&self) -> Router {
+        self.webhook.clone().routes()
+    }
+
+    /// `/metrics` from `registry` with tierd's metrics added (bring the caller's own, or
+    /// `Registry::default()`), protected when [`Builder::metrics_auth`] is on.
+    pub fn metrics(&self, mut registry: Registry) -> Router {
+        tier_server::metrics::register(&mut registry, self.status.clone());
+        let router = Routes::new(self.readiness.clone())
+            .metrics(Arc::new(registry))
+            .into_ports()
+            .metrics
+            .unwrap_or_default();
+        match &self.authorizer {
+            Some(authorizer) => tier_server::auth::protect(router, Arc::clone(authorizer)),
+            None => router,
+        }
+    }
+
+    /// Every route on one router (probes, metrics, webhook), for an embedder's own server.
+    pub fn router(&self, registry: Registry) -> Router {
+        self.probes()
+            .merge(self.metrics(registry))
+            .merge(self.webhook())
+    }
+
+    /// Resolves once the self-signed certificate is settled (the files hold it), at once
+    /// without [`Builder::self_signed_cert`]; never if tierd shuts down before.
+    pub fn certificate_settled(&self) -> impl Future<Output = ()> + Send + 'static {
+        let certificate = self.certificate.clone();
+        async move {
+            let Some(mut check) = certificate else {
+                return;
+            };
+            if check.wait_for(CheckState::is_ok).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Stops tierd: readiness fails at once, no write starts after this call, the
+    /// background tasks end; returns how the driver stopped.
+    pub async fn shutdown(self) -> Stopped {
+        self.shutdown.trigger();
+        let Tierd {
+            ensurer, mut tasks, ..
+        } = self;
+        tasks.driver = None;
+        drop(tasks);
+        ensurer.shutdown().await
+    }
+}
+
+#[cfg(test)]
+mod tests;
