@@ -74,5 +74,5 @@ pub use readiness::{
     Check, CheckKind, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource,
 };
 pub use server::{Ports, Routes, ServeError, Server, ServerMetrics};
-pub use tls::{CertFiles, CertReloader, TlsError};
+pub use tls::{CertFiles, CertReloader, ClientAuth, TlsError};
 pub use webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};

@@ -190,7 +190,7 @@ type Labels = [(&'static str, &'static str); 2];
 /// |---|---|---|
 /// | `tierd_http_connections` | gauge | `server`: connections open now |
 /// | `tierd_http_connections_closed_total` | counter | `server`, `reason` (`shed`, `idle_timeout`, `header_timeout`, `body_timeout`): connections the server closed |
-/// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `shed`) |
+/// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `client_certificate` (missing or refused, see [`ClientAuth`](crate::ClientAuth)), `shed`) |
 #[derive(Clone, Debug, Default)]
 pub struct ServerMetrics {
     open: Family<[(&'static str, &'static str); 1], Gauge>,
@@ -491,6 +491,8 @@ enum HandshakeFailure {
     Timeout(Duration),
     #[error("{0}")]
     Error(#[source] io::Error),
+    #[error("client certificate refused: {0}")]
+    ClientCertificate(#[source] io::Error),
     #[error("shed to admit a newer connection")]
     Shed,
 }
@@ -501,6 +503,7 @@ impl HandshakeFailure {
             Self::ClientHelloTimeout(_) => "client_hello_timeout",
             Self::Timeout(_) => "timeout",
             Self::Error(_) => "error",
+            Self::ClientCertificate(_) => "client_certificate",
             Self::Shed => "shed",
         }
     }
@@ -524,7 +527,19 @@ async fn handshake(
     tokio::time::timeout(rest, start.into_stream(config))
         .await
         .map_err(|_| HandshakeFailure::Timeout(limits.handshake_timeout))?
-        .map_err(HandshakeFailure::Error)
+        .map_err(|error| {
+            let rustls = error
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<rustls::Error>());
+            if matches!(
+                rustls,
+                Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+            ) {
+                HandshakeFailure::ClientCertificate(error)
+            } else {
+                HandshakeFailure::Error(error)
+            }
+        })
 }
 
 /// As axum's listener: per-connection errors are skipped. When the process is out of file
