@@ -150,6 +150,10 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         (Some(cert), Some(key)) => Some(CertReloader::load(CertFiles::new(cert, key)).await?),
         _ => None,
     };
+    let client_auth = match &args.client_ca {
+        Some(ca) => Some(tier_server::ClientAuth::load(ca, args.client_names.clone()).await?),
+        None => None,
+    };
     let webhook_listener = tier_server::server::bind(args.listen).await?;
     let probe_listener = tier_server::server::bind(args.probe_listen).await?;
     let metrics_listener = tier_server::server::bind(args.metrics_listen).await?;
@@ -237,7 +241,14 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     let mut metrics = server(metrics_router, "metrics");
     if let Some(tls) = &tls {
         let config = tls.server_config()?;
-        webhook = webhook.tls(Arc::clone(&config));
+        webhook = webhook.tls(match &client_auth {
+            Some(client) => tls.server_config_with_client_auth(client)?,
+            None => Arc::clone(&config),
+        });
+        if let Some(client) = client_auth {
+            let stop = shutdown.clone();
+            tokio::spawn(client.watch(CERT_POLL, async move { stop.triggered().await }));
+        }
         if args.metrics_auth {
             metrics = metrics.tls(config);
         }

@@ -68,7 +68,7 @@ pub mod server;
 pub mod tls;
 pub mod webhook;
 
-pub use conn::Limits;
+pub use conn::{BodyBudget, Limits};
 pub use health::HealthConfig;
 pub use readiness::{
     Check, CheckKind, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource,

@@ -68,7 +68,10 @@ use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 use tower_service::Service;
 
-use crate::conn::{Admitted, Closed, Limits, MIN_HEADER_BYTES, Phase, Pool, Slot, Tracked};
+use crate::conn::{
+    Admitted, BodyBudget, BudgetRefusal, Budgeted, Charge, Closed, Limits, MIN_HEADER_BYTES, Phase,
+    Pool, Slot, Tracked,
+};
 use crate::health::{self, HealthConfig};
 use crate::metrics;
 use crate::readiness::Readiness;
@@ -189,7 +192,7 @@ type Labels = [(&'static str, &'static str); 2];
 /// | metric | type | labels |
 /// |---|---|---|
 /// | `tierd_http_connections` | gauge | `server`: connections open now |
-/// | `tierd_http_connections_closed_total` | counter | `server`, `reason` (`shed`, `idle_timeout`, `header_timeout`, `body_timeout`): connections the server closed |
+/// | `tierd_http_connections_closed_total` | counter | `server`, `reason` (`shed`, `idle_timeout`, `header_timeout`, `body_timeout`, `body_budget`): connections the server closed |
 /// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `client_certificate` (missing or refused, see [`ClientAuth`](crate::ClientAuth)), `shed`) |
 #[derive(Clone, Debug, Default)]
 pub struct ServerMetrics {
@@ -246,6 +249,7 @@ pub struct Server {
     limits: Limits,
     name: &'static str,
     metrics: ServerMetrics,
+    budget: Option<BodyBudget>,
 }
 
 impl Server {
@@ -257,7 +261,15 @@ impl Server {
             limits: Limits::default(),
             name: "http",
             metrics: ServerMetrics::default(),
+            budget: None,
         }
+    }
+
+    /// Charge request bodies to `budget` (shared with other servers, or read by a test)
+    /// instead of a budget of its own of [`Limits::max_body_bytes_held`].
+    pub fn body_budget(mut self, budget: BodyBudget) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Serve TLS with `config` (e.g. [`CertReloader::server_config`](crate::CertReloader::server_config)).
@@ -306,7 +318,11 @@ impl Server {
         tracing::info!(%addr, server = self.name, "serving {scheme}");
         let mut limits = self.limits;
         limits.max_header_bytes = limits.max_header_bytes.max(MIN_HEADER_BYTES);
+        let budget = self
+            .budget
+            .unwrap_or_else(|| BodyBudget::new(limits.max_body_bytes_held));
         let shared = Arc::new(Shared {
+            budget,
             router: self.router,
             tls: self.tls,
             limits,
@@ -336,6 +352,7 @@ impl Server {
 /// What every connection task of one server shares.
 #[derive(Debug)]
 struct Shared {
+    budget: BodyBudget,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
@@ -406,14 +423,17 @@ impl Shared {
             let router = self.router.clone();
             let slot = Arc::clone(slot);
             let (metrics, name) = (self.metrics.clone(), self.name);
+            let budget = self.budget.clone();
             hyper::service::service_fn(move |request: Request<Incoming>| {
                 let mut router = router.clone();
                 let slot = Arc::clone(&slot);
                 let metrics = metrics.clone();
+                let budget = budget.clone();
                 async move {
                     slot.set(Phase::Busy);
-                    let call = router.call(request.map(Body::new));
-                    let response = match tokio::time::timeout(limits.body_timeout, call).await {
+                    let (request, charge) = charged(request, budget, limits.max_header_bytes);
+                    let call = router.call(request);
+                    let mut response = match tokio::time::timeout(limits.body_timeout, call).await {
                         Ok(Ok(response)) => response,
                         Ok(Err(never)) => match never {},
                         Err(_) => {
@@ -421,6 +441,12 @@ impl Shared {
                             request_timeout()
                         }
                     };
+                    if let Some(refusal) = charge.as_deref().and_then(Charge::refused) {
+                        metrics.closed(name, Closed::BodyBudget, 1);
+                        tracing::debug!(server = name, %refusal, "request body refused");
+                        response = budget_refused(refusal);
+                    }
+                    drop(charge);
                     slot.set(Phase::Idle);
                     Ok::<_, Infallible>(response)
                 }
@@ -465,6 +491,43 @@ impl Shared {
             }
         }
     }
+}
+
+/// The request with its body (if it has one) charged to `budget` beyond its first `allowance`
+/// bytes, and the charge.
+fn charged(
+    request: Request<Incoming>,
+    budget: BodyBudget,
+    allowance: usize,
+) -> (Request<Body>, Option<Arc<Charge>>) {
+    use hyper::body::Body as _;
+
+    if request.body().is_end_stream() {
+        return (request.map(Body::new), None);
+    }
+    let charge = Charge::new(budget);
+    let request =
+        request.map(|body| Body::new(Budgeted::new(body, Arc::clone(&charge), allowance)));
+    (request, Some(charge))
+}
+
+/// `503` (or `413` for a chunk larger than the budget), closing the connection.
+fn budget_refused(refusal: BudgetRefusal) -> Response<Body> {
+    let mut response = Response::new(Body::from(format!("{refusal}\n")));
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    *response.status_mut() = match refusal {
+        BudgetRefusal::Exhausted { .. } => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        BudgetRefusal::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+    };
+    response
 }
 
 /// `408 Request Timeout`, closing the connection.
