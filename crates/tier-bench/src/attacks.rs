@@ -167,15 +167,16 @@ fn row(attack: &str, answers: &str, before: u64, peak: u64, log: &str) {
     );
 }
 
-/// The largest body the webhook reads (answered 400 for not being JSON, not 413).
+/// The largest body the webhook reads (answered 400 for not being JSON; a larger one gets 413,
+/// or its connection is closed before the client finished sending).
 async fn body_limit(target: &Target) -> usize {
     let (mut lo, mut hi) = (1024usize, 16 * 1024 * 1024);
     while hi - lo > 1024 {
         let mid = lo + (hi - lo) / 2;
-        if target.post(Bytes::from(vec![b'x'; mid])).await == 413 {
-            hi = mid;
-        } else {
+        if target.post(Bytes::from(vec![b'x'; mid])).await == 400 {
             lo = mid;
+        } else {
+            hi = mid;
         }
     }
     lo

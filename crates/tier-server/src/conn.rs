@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `Handshake` | the TLS handshake completes | [`Limits::client_hello_timeout`] for the ClientHello, [`Limits::handshake_timeout`] in all |
 //! | `Idle` | the first byte of a request arrives | [`Limits::idle_timeout`] (keep-alive and fresh connections alike) |
-//! | `Head` | the request head is complete | [`Limits::header_timeout`] from its first byte; hyper's own header timer (idle + header, Tokio timer) backs it up |
+//! | `Head` | the request head is complete | [`Limits::header_timeout`] from its first byte |
 //! | `Busy` | the response is ready | [`Limits::body_timeout`]: reading the body and answering; a `408` with `Connection: close` when it passes |
 //!
 //! A connection past its limit is closed. When a new connection arrives and the pool is full,

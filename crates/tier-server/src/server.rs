@@ -10,7 +10,7 @@
 //!
 //! [`Server`] serves one router on one listener, over TLS when given a rustls configuration
 //! (see [`CertReloader`](crate::CertReloader)), plain HTTP otherwise, through hyper's HTTP/1.1
-//! connection builder with a Tokio timer. Every connection lives under the [`Limits`]
+//! connection builder. Every connection lives under the [`Limits`]
 //! (handshake, idle, header and body timeouts; caps on connections and handshakes that shed
 //! the longest-waiting connection instead of pausing `accept`); see [`conn`](crate::conn).
 //! On shutdown it stops accepting, lets requests in flight finish, closes idle connections
@@ -452,9 +452,11 @@ impl Shared {
                 }
             })
         };
+        // No hyper header timer: the slot's deadlines (idle, then head) close a slow head, and
+        // hyper's would cost a boxed timer armed and dropped on every request.
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.idle_timeout + limits.header_timeout)
+            .header_read_timeout(None)
             .max_buf_size(limits.max_header_bytes)
             .keep_alive(true)
             .serve_connection(TokioIo::new(Tracked::new(io, Arc::clone(slot))), service);
