@@ -666,6 +666,69 @@ mod tests {
         assert_eq!(pool.len(), 2);
     }
 
+    /// A body of `n` bytes charged to `budget` from its first byte, and its charge.
+    fn charged_body(
+        n: usize,
+        budget: BodyBudget,
+    ) -> (Budgeted<http_body_util::Full<Bytes>>, Arc<Charge>) {
+        let charge = Charge::new(budget);
+        let body = Budgeted::new(
+            http_body_util::Full::new(Bytes::from(vec![b'x'; n])),
+            Arc::clone(&charge),
+            0,
+        );
+        (body, charge)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_body_budget_charges_waits_refuses_and_gives_back() {
+        use http_body_util::BodyExt;
+
+        let budget = BodyBudget::new(100);
+        // Within the free allowance: nothing charged.
+        let charge = Charge::new(budget.clone());
+        let free = Budgeted::new(
+            http_body_util::Full::new(Bytes::from(vec![b'x'; 50])),
+            Arc::clone(&charge),
+            64,
+        );
+        assert_eq!(free.collect().await.unwrap().to_bytes().len(), 50);
+        assert_eq!(budget.held(), 0);
+
+        let (first, first_charge) = charged_body(60, budget.clone());
+        let held = first.collect().await.unwrap().to_bytes();
+        assert_eq!((held.len(), budget.held()), (60, 60));
+
+        // No room: waits BODY_BUDGET_WAIT, then refused; nothing more held.
+        let (second, second_charge) = charged_body(60, budget.clone());
+        let start = Instant::now();
+        assert!(second.collect().await.is_err());
+        assert_eq!(start.elapsed(), BODY_BUDGET_WAIT);
+        assert_eq!(
+            second_charge.refused(),
+            Some(BudgetRefusal::Exhausted { limit: 100 })
+        );
+        assert_eq!(budget.held(), 60);
+
+        // A chunk larger than the whole budget: refused at once.
+        let (huge, huge_charge) = charged_body(101, budget.clone());
+        assert!(huge.collect().await.is_err());
+        assert_eq!(
+            huge_charge.refused(),
+            Some(BudgetRefusal::TooLarge {
+                chunk: 101,
+                limit: 100
+            })
+        );
+
+        // The finished request gives its bytes back; the next body fits.
+        drop(first_charge);
+        assert_eq!(budget.held(), 0);
+        let (third, _third_charge) = charged_body(100, budget.clone());
+        assert_eq!(third.collect().await.unwrap().to_bytes().len(), 100);
+        assert_eq!(budget.peak(), 100);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn deadlines_follow_the_phase() {
         let limits = Limits::default();
