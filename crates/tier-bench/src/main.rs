@@ -8,15 +8,21 @@
 //! 3. From a blocker's removal to convergence (virtual time).
 //! 4. Webhook admission latency (p50, p99) and throughput over loopback TLS, with empty policy
 //!    caches and with 10,000 policies in them.
+//!    4b. Throughput of the webhook beside a static TLS responder on the same stack (wrk when
+//!    installed, else an in-process client).
 //! 5. Peak RSS of `tierd run`, without and with 10,000 policies in the cluster.
 //! 6. Hostile clients: probe and admission latency, and peak RSS, while 1,000 slowloris
 //!    connections and 300 stalled handshakes are held on the webhook port.
+//! 7. The attacks of issue 17, one fresh `tierd run` each: peak RSS beside the Deployment's
+//!    128 MiB limit, and log bytes written (part of `--only hostile`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod attacks;
 mod hostile;
 mod memory;
 mod startup;
 mod strategy;
+mod throughput;
 mod webhook;
 
 use clap::Parser;
@@ -37,7 +43,14 @@ struct Cli {
     /// Requests of each kind timed during the hostile-clients attack.
     #[arg(long, default_value_t = 200)]
     hostile_requests: usize,
-    /// Only these sections (startup, requests, unblock, webhook, rss, hostile); default all.
+    /// Seconds per round of the throughput section when wrk is the load client.
+    #[arg(long, default_value_t = 5)]
+    throughput_seconds: u64,
+    /// Alternating rounds per row of the throughput section.
+    #[arg(long, default_value_t = 3)]
+    throughput_rounds: usize,
+    /// Only these sections (startup, requests, unblock, webhook, throughput, rss, hostile);
+    /// default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -65,6 +78,16 @@ fn main() {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(webhook::latency(cli.requests));
     }
+    if want("throughput") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        // A debug build is CI's smoke run, not a measurement.
+        let (rounds, seconds) = if cfg!(debug_assertions) {
+            (1, 1)
+        } else {
+            (cli.throughput_rounds, cli.throughput_seconds)
+        };
+        rt.block_on(throughput::throughput(cli.requests, seconds, rounds));
+    }
     if want("rss") {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(startup::peak_rss());
@@ -72,6 +95,7 @@ fn main() {
     if want("hostile") {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(hostile::hostile(cli.hostile_requests));
+        rt.block_on(attacks::attacks());
     }
 }
 

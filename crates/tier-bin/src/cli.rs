@@ -252,6 +252,28 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
+    /// PEM CA certificates: the webhook port then requires a client certificate chained to
+    /// them and naming one of --client-names (kube-apiserver's, see docs/SECURITY.md); the file
+    /// is reloaded when it changes. Probes and metrics are unaffected. Needs --tls-cert.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        env = "TIERD_CLIENT_CA"
+    )]
+    pub client_ca: Option<PathBuf>,
+
+    /// The client names --client-ca admits: the client certificate's subject CN or one of its
+    /// DNS SANs must be exactly one of them.
+    #[arg(
+        long,
+        value_name = "NAME,...",
+        value_delimiter = ',',
+        default_value = "kube-apiserver",
+        env = "TIERD_CLIENT_NAMES"
+    )]
+    pub client_names: Vec<String>,
+
     /// The user the webhook lets change Tier priorities. Default: whoever tierd's own client
     /// authenticates as (asked of the API server: SelfSubjectReview, Kubernetes 1.28+); set it
     /// on older servers, or to exempt another controller.
@@ -373,6 +395,11 @@ pub struct HttpArgs {
     /// The most TLS handshakes in progress at once per port; beyond it the oldest is shed.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_handshakes: usize,
+
+    /// The most bytes held in unfinished request bodies per port, beyond each body's first
+    /// 16 KiB; a body that does not fit waits 1 s, then gets 503.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_body_bytes_held: usize,
 }
 
 impl HttpArgs {
@@ -386,6 +413,7 @@ impl HttpArgs {
             body_timeout: self.body_timeout,
             max_connections: self.max_connections,
             max_handshakes: self.max_handshakes,
+            max_body_bytes_held: self.max_body_bytes_held,
             ..tier_server::Limits::default()
         }
     }
@@ -459,6 +487,34 @@ mod tests {
         assert_eq!(args.cluster.call_timeout, Duration::from_secs(10));
         assert!(Cli::try_parse_from(["tierd", "run", "--in-cluster", "--context", "x"]).is_err());
         assert!(Cli::try_parse_from(["tierd", "run", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    #[test]
+    fn client_ca_needs_tls_and_defaults_to_kube_apiserver() {
+        let err = Cli::try_parse_from(["tierd", "run", "--client-ca", "ca.pem"]).unwrap_err();
+        assert_eq!(err.exit_code(), i32::from(exit::USAGE));
+        assert!(err.to_string().contains("--tls-cert"), "{err}");
+        let tls = [
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--client-ca",
+            "ca.pem",
+        ];
+        let cli = Cli::try_parse_from(["tierd", "run"].into_iter().chain(tls)).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args.client_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(args.client_names, ["kube-apiserver"]);
+        let names = ["--client-names", "kube-apiserver,apiserver.example"];
+        let cli =
+            Cli::try_parse_from(["tierd", "run"].into_iter().chain(tls).chain(names)).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args.client_names, ["kube-apiserver", "apiserver.example"]);
     }
 
     #[test]

@@ -120,6 +120,11 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         (None, Some(files)) => Some(CertReloader::load(files).await?),
         _ => None,
     };
+    // Only the webhook port asks for client certificates (probes stay plain for the kubelet).
+    let client_auth = match &args.client_ca {
+        Some(ca) => Some(tier_server::ClientAuth::load(ca, args.client_names.clone()).await?),
+        None => None,
+    };
     // `--webhook-listen ""`: no webhook port (beside Antrea nothing calls it).
     let webhook_listener = match args.listen.0 {
         Some(addr) => Some(tier_server::server::bind(addr).await?),
@@ -170,6 +175,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
             &mut served,
             server,
             &server_metrics,
+            client_auth,
             (webhook_listener, metrics_listener),
         )
         .await
@@ -203,6 +209,7 @@ async fn serve_webhook_and_metrics(
     served: &mut JoinSet<Result<(), CommandError>>,
     server: impl Fn(axum::Router, &'static str) -> Server,
     server_metrics: &ServerMetrics,
+    client_auth: Option<Arc<tier_server::ClientAuth>>,
     (webhook_listener, metrics_listener): (Option<tokio::net::TcpListener>, tokio::net::TcpListener),
 ) -> Result<(), CommandError> {
     if tls.is_none()
@@ -220,7 +227,14 @@ async fn serve_webhook_and_metrics(
     let shutdown = tierd.shutdown_signal();
     if let Some(tls) = tls.as_ref() {
         let config = tls.server_config()?;
-        webhook = webhook.tls(Arc::clone(&config));
+        webhook = webhook.tls(match &client_auth {
+            Some(client) => tls.server_config_with_client_auth(client)?,
+            None => Arc::clone(&config),
+        });
+        if let Some(client) = client_auth {
+            let stop = shutdown.clone();
+            tokio::spawn(client.watch(CERT_POLL, async move { stop.triggered().await }));
+        }
         if args.metrics_auth {
             metrics = metrics.tls(config);
         }

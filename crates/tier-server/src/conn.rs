@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `Handshake` | the TLS handshake completes | [`Limits::client_hello_timeout`] for the ClientHello, [`Limits::handshake_timeout`] in all |
 //! | `Idle` | the first byte of a request arrives | [`Limits::idle_timeout`] (keep-alive and fresh connections alike) |
-//! | `Head` | the request head is complete | [`Limits::header_timeout`] from its first byte; hyper's own header timer (idle + header, Tokio timer) backs it up |
+//! | `Head` | the request head is complete | [`Limits::header_timeout`] from its first byte |
 //! | `Busy` | the response is ready | [`Limits::body_timeout`]: reading the body and answering; a `408` with `Connection: close` when it passes |
 //!
 //! A connection past its limit is closed. When a new connection arrives and the pool is full,
@@ -19,16 +19,36 @@
 //! many stalled connections an attacker holds, and the memory held by connections is bounded by
 //! [`Limits::max_connections`] × [`Limits::max_header_bytes`] plus TLS buffers, whatever the
 //! attacker does.
+//!
+//! # The body budget
+//!
+//! Request bodies are the other thing a client makes the server hold: a handler buffers a body
+//! until it is complete, and a client can send all but its last byte and wait for the body
+//! timeout, on every connection. A [`BodyBudget`] bounds the bytes held in unfinished request
+//! bodies across all connections of a server ([`Limits::max_body_bytes_held`], default
+//! 16 MiB). The first [`Limits::max_header_bytes`] of each body are free, as its head was
+//! (so a Tier review of a few KiB never waits for the budget, however full attackers keep
+//! it); beyond them each chunk takes its size from the budget as it arrives, and the request
+//! gives it all back when it finishes (its response is ready) or is dropped (the connection
+//! closed or timed out). A chunk that does not fit waits for bytes to be given back, the
+//! chunks of one request [`BODY_BUDGET_WAIT`] in all; then the request is refused with `503 Service Unavailable`,
+//! `Retry-After: 1` and `Connection: close` (a body larger than the whole budget at once with
+//! `413`), instead of memory growing with the number of connections. Bodies therefore hold at
+//! most [`Limits::max_connections`] × [`Limits::max_header_bytes`] plus the budget.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use axum::body::Bytes;
+use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 /// The limits every connection of a [`Server`](crate::Server) lives under; see the
@@ -55,6 +75,9 @@ pub struct Limits {
     /// The largest request head (request line and headers) in bytes; larger ones get `431`
     /// (default 16 KiB, at least 8 KiB). This is also each connection's read buffer cap.
     pub max_header_bytes: usize,
+    /// The most bytes held in unfinished request bodies across all connections of a server
+    /// (default 16 MiB); see [the body budget](self#the-body-budget).
+    pub max_body_bytes_held: usize,
 }
 
 impl Default for Limits {
@@ -68,7 +91,251 @@ impl Default for Limits {
             max_connections: 1024,
             max_handshakes: 256,
             max_header_bytes: 16 * 1024,
+            max_body_bytes_held: 16 * 1024 * 1024,
         }
+    }
+}
+
+/// How long the chunks of one request body may wait in all for room in a full [`BodyBudget`]
+/// before the request is refused.
+pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+/// Bytes of unfinished request bodies a server may hold at once; see
+/// [the body budget](self#the-body-budget). Cheap to clone; clones share one budget, so one
+/// budget can bound several servers together ([`Server::body_budget`](crate::Server::body_budget)).
+#[derive(Clone, Debug)]
+pub struct BodyBudget {
+    inner: Arc<BudgetInner>,
+}
+
+#[derive(Debug)]
+struct BudgetInner {
+    limit: usize,
+    free: Semaphore,
+    peak: AtomicUsize,
+}
+
+impl BodyBudget {
+    /// A budget of `limit` bytes (at most 4 GiB; at least 1 byte).
+    pub fn new(limit: usize) -> Self {
+        let limit = limit
+            .clamp(1, usize::try_from(u32::MAX).unwrap_or(usize::MAX))
+            .min(Semaphore::MAX_PERMITS);
+        Self {
+            inner: Arc::new(BudgetInner {
+                limit,
+                free: Semaphore::new(limit),
+                peak: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The budget in bytes.
+    pub fn limit(&self) -> usize {
+        self.inner.limit
+    }
+
+    /// Bytes held now by unfinished request bodies.
+    pub fn held(&self) -> usize {
+        self.inner
+            .limit
+            .saturating_sub(self.inner.free.available_permits())
+    }
+
+    /// The most bytes ever held at once.
+    pub fn peak(&self) -> usize {
+        self.inner.peak.load(Ordering::Relaxed)
+    }
+
+    fn record_peak(&self) {
+        self.inner.peak.fetch_max(self.held(), Ordering::Relaxed);
+    }
+}
+
+/// Why a request body was refused by the budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BudgetRefusal {
+    /// The budget stayed full for [`BODY_BUDGET_WAIT`].
+    #[error(
+        "the server holds {limit} bytes of unfinished request bodies, its limit; retry shortly"
+    )]
+    Exhausted {
+        /// The budget.
+        limit: usize,
+    },
+    /// One chunk is larger than the whole budget.
+    #[error("a body chunk of {chunk} bytes exceeds the server's budget of {limit} bytes")]
+    TooLarge {
+        /// The chunk.
+        chunk: usize,
+        /// The budget.
+        limit: usize,
+    },
+}
+
+/// What one request holds of the budget; gives it back when dropped.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    budget: BodyBudget,
+    held: AtomicUsize,
+    refused: Mutex<Option<BudgetRefusal>>,
+    any_refused: AtomicBool,
+    /// When waiting ends: [`BODY_BUDGET_WAIT`] after the first wait began.
+    deadline: Mutex<Option<Instant>>,
+}
+
+impl Charge {
+    pub(crate) fn new(budget: BodyBudget) -> Arc<Self> {
+        Arc::new(Self {
+            budget,
+            held: AtomicUsize::new(0),
+            refused: Mutex::new(None),
+            any_refused: AtomicBool::new(false),
+            deadline: Mutex::new(None),
+        })
+    }
+
+    /// Why the body was refused, if it was.
+    pub(crate) fn refused(&self) -> Option<BudgetRefusal> {
+        if !self.any_refused.load(Ordering::Acquire) {
+            return None;
+        }
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn refuse(&self, refusal: BudgetRefusal) -> BudgetRefusal {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = Some(refusal);
+        self.any_refused.store(true, Ordering::Release);
+        refusal
+    }
+
+    fn took(&self, n: usize) {
+        self.held.fetch_add(n, Ordering::Relaxed);
+        self.budget.record_peak();
+    }
+
+    /// Takes `n` bytes at once if they are free.
+    fn try_take(&self, n: u32) -> bool {
+        match self.budget.inner.free.try_acquire_many(n) {
+            Ok(permit) => {
+                permit.forget();
+                self.took(n as usize);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Takes `n` bytes, waiting for them until [`BODY_BUDGET_WAIT`] after this request's first
+    /// wait began.
+    async fn take(self: Arc<Self>, n: u32) -> Result<(), BudgetRefusal> {
+        let deadline = *self
+            .deadline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(|| Instant::now() + BODY_BUDGET_WAIT);
+        let acquire = self.budget.inner.free.acquire_many(n);
+        match tokio::time::timeout_at(deadline, acquire).await {
+            Ok(Ok(permit)) => {
+                permit.forget();
+                self.took(n as usize);
+                Ok(())
+            }
+            _ => Err(self.refuse(BudgetRefusal::Exhausted {
+                limit: self.budget.limit(),
+            })),
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let held = *self.held.get_mut();
+        if held > 0 {
+            self.budget.inner.free.add_permits(held);
+        }
+    }
+}
+
+type Waiting = std::pin::Pin<Box<dyn Future<Output = Result<(), BudgetRefusal>> + Send>>;
+
+/// A request body whose chunks are charged to a [`BodyBudget`] as they arrive.
+pub(crate) struct Budgeted<B> {
+    inner: B,
+    charge: Arc<Charge>,
+    /// Bytes this body may still take without charging the budget.
+    allowance: usize,
+    waiting: Option<(Frame<Bytes>, Waiting)>,
+}
+
+impl<B> Budgeted<B> {
+    /// Charges `inner` to `charge` beyond its first `allowance` bytes.
+    pub(crate) fn new(inner: B, charge: Arc<Charge>, allowance: usize) -> Self {
+        Self {
+            inner,
+            charge,
+            allowance,
+            waiting: None,
+        }
+    }
+}
+
+impl<B> Body for Budgeted<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        loop {
+            if let Some((_, waiting)) = &mut this.waiting {
+                let taken = ready!(waiting.as_mut().poll(cx));
+                let Some((frame, _)) = this.waiting.take() else {
+                    continue;
+                };
+                return Poll::Ready(Some(match taken {
+                    Ok(()) => Ok(frame),
+                    Err(refusal) => Err(Box::new(refusal)),
+                }));
+            }
+            let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                Some(Err(error)) => return Poll::Ready(Some(Err(error.into()))),
+                None => return Poll::Ready(None),
+            };
+            let len = frame.data_ref().map_or(0, Bytes::len);
+            let free = len.min(this.allowance);
+            this.allowance -= free;
+            let size = len - free;
+            if size == 0 {
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            let limit = this.charge.budget.limit();
+            let Some(n) = u32::try_from(size).ok().filter(|_| size <= limit) else {
+                let refusal = this
+                    .charge
+                    .refuse(BudgetRefusal::TooLarge { chunk: size, limit });
+                return Poll::Ready(Some(Err(Box::new(refusal))));
+            };
+            if this.charge.try_take(n) {
+                return Poll::Ready(Some(Ok(frame)));
+            }
+            this.waiting = Some((frame, Box::pin(Arc::clone(&this.charge).take(n))));
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.waiting.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -95,6 +362,7 @@ pub(crate) enum Closed {
     IdleTimeout,
     HeaderTimeout,
     BodyTimeout,
+    BodyBudget,
 }
 
 impl Closed {
@@ -104,6 +372,7 @@ impl Closed {
             Self::IdleTimeout => "idle_timeout",
             Self::HeaderTimeout => "header_timeout",
             Self::BodyTimeout => "body_timeout",
+            Self::BodyBudget => "body_budget",
         }
     }
 }
@@ -395,6 +664,69 @@ mod tests {
             .unwrap_or_else(|_| panic!("the oldest handshake was not shed"));
         drop(idle);
         assert_eq!(pool.len(), 2);
+    }
+
+    /// A body of `n` bytes charged to `budget` from its first byte, and its charge.
+    fn charged_body(
+        n: usize,
+        budget: BodyBudget,
+    ) -> (Budgeted<http_body_util::Full<Bytes>>, Arc<Charge>) {
+        let charge = Charge::new(budget);
+        let body = Budgeted::new(
+            http_body_util::Full::new(Bytes::from(vec![b'x'; n])),
+            Arc::clone(&charge),
+            0,
+        );
+        (body, charge)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_body_budget_charges_waits_refuses_and_gives_back() {
+        use http_body_util::BodyExt;
+
+        let budget = BodyBudget::new(100);
+        // Within the free allowance: nothing charged.
+        let charge = Charge::new(budget.clone());
+        let free = Budgeted::new(
+            http_body_util::Full::new(Bytes::from(vec![b'x'; 50])),
+            Arc::clone(&charge),
+            64,
+        );
+        assert_eq!(free.collect().await.unwrap().to_bytes().len(), 50);
+        assert_eq!(budget.held(), 0);
+
+        let (first, first_charge) = charged_body(60, budget.clone());
+        let held = first.collect().await.unwrap().to_bytes();
+        assert_eq!((held.len(), budget.held()), (60, 60));
+
+        // No room: waits BODY_BUDGET_WAIT, then refused; nothing more held.
+        let (second, second_charge) = charged_body(60, budget.clone());
+        let start = Instant::now();
+        assert!(second.collect().await.is_err());
+        assert_eq!(start.elapsed(), BODY_BUDGET_WAIT);
+        assert_eq!(
+            second_charge.refused(),
+            Some(BudgetRefusal::Exhausted { limit: 100 })
+        );
+        assert_eq!(budget.held(), 60);
+
+        // A chunk larger than the whole budget: refused at once.
+        let (huge, huge_charge) = charged_body(101, budget.clone());
+        assert!(huge.collect().await.is_err());
+        assert_eq!(
+            huge_charge.refused(),
+            Some(BudgetRefusal::TooLarge {
+                chunk: 101,
+                limit: 100
+            })
+        );
+
+        // The finished request gives its bytes back; the next body fits.
+        drop(first_charge);
+        assert_eq!(budget.held(), 0);
+        let (third, _third_charge) = charged_body(100, budget.clone());
+        assert_eq!(third.collect().await.unwrap().to_bytes().len(), 100);
+        assert_eq!(budget.peak(), 100);
     }
 
     #[tokio::test(start_paused = true)]

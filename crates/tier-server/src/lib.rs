@@ -70,11 +70,11 @@ pub mod server;
 pub mod tls;
 pub mod webhook;
 
-pub use conn::Limits;
+pub use conn::{BodyBudget, Limits};
 pub use health::HealthConfig;
 pub use readiness::{
     Check, CheckKind, CheckState, Gate, NotReady, Readiness, Shutdown, StatusSource,
 };
 pub use server::{Ports, Routes, ServeError, Server, ServerMetrics};
-pub use tls::{CertFiles, CertReloader, TlsError};
+pub use tls::{CertFiles, CertReloader, ClientAuth, TlsError};
 pub use webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};

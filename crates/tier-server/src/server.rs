@@ -10,7 +10,7 @@
 //!
 //! [`Server`] serves one router on one listener, over TLS when given a rustls configuration
 //! (see [`CertReloader`](crate::CertReloader)), plain HTTP otherwise, through hyper's HTTP/1.1
-//! connection builder with a Tokio timer. Every connection lives under the [`Limits`]
+//! connection builder. Every connection lives under the [`Limits`]
 //! (handshake, idle, header and body timeouts; caps on connections and handshakes that shed
 //! the longest-waiting connection instead of pausing `accept`); see [`conn`](crate::conn).
 //! On shutdown it stops accepting, lets requests in flight finish, closes idle connections
@@ -68,7 +68,10 @@ use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 use tower_service::Service;
 
-use crate::conn::{Admitted, Closed, Limits, MIN_HEADER_BYTES, Phase, Pool, Slot, Tracked};
+use crate::conn::{
+    Admitted, BodyBudget, BudgetRefusal, Budgeted, Charge, Closed, Limits, MIN_HEADER_BYTES, Phase,
+    Pool, Slot, Tracked,
+};
 use crate::health::{self, HealthConfig};
 use crate::metrics;
 use crate::readiness::Readiness;
@@ -189,8 +192,8 @@ type Labels = [(&'static str, &'static str); 2];
 /// | metric | type | labels |
 /// |---|---|---|
 /// | `tierd_http_connections` | gauge | `server`: connections open now |
-/// | `tierd_http_connections_closed_total` | counter | `server`, `reason` (`shed`, `idle_timeout`, `header_timeout`, `body_timeout`): connections the server closed |
-/// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `shed`) |
+/// | `tierd_http_connections_closed_total` | counter | `server`, `reason` (`shed`, `idle_timeout`, `header_timeout`, `body_timeout`, `body_budget`): connections the server closed |
+/// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `client_certificate` (missing or refused, see [`ClientAuth`](crate::ClientAuth)), `shed`) |
 #[derive(Clone, Debug, Default)]
 pub struct ServerMetrics {
     open: Family<[(&'static str, &'static str); 1], Gauge>,
@@ -247,6 +250,7 @@ pub struct Server {
     limits: Limits,
     name: &'static str,
     metrics: ServerMetrics,
+    budget: Option<BodyBudget>,
 }
 
 impl Server {
@@ -258,7 +262,15 @@ impl Server {
             limits: Limits::default(),
             name: "http",
             metrics: ServerMetrics::default(),
+            budget: None,
         }
+    }
+
+    /// Charge request bodies to `budget` (shared with other servers, or read by a test)
+    /// instead of a budget of its own of [`Limits::max_body_bytes_held`].
+    pub fn body_budget(mut self, budget: BodyBudget) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Serve TLS with `config` (e.g. [`CertReloader::server_config`](crate::CertReloader::server_config)).
@@ -307,7 +319,11 @@ impl Server {
         tracing::info!(%addr, server = self.name, "serving {scheme}");
         let mut limits = self.limits;
         limits.max_header_bytes = limits.max_header_bytes.max(MIN_HEADER_BYTES);
+        let budget = self
+            .budget
+            .unwrap_or_else(|| BodyBudget::new(limits.max_body_bytes_held));
         let shared = Arc::new(Shared {
+            budget,
             router: self.router,
             tls: self.tls,
             limits,
@@ -337,6 +353,7 @@ impl Server {
 /// What every connection task of one server shares.
 #[derive(Debug)]
 struct Shared {
+    budget: BodyBudget,
     router: Router,
     tls: Option<Arc<rustls::ServerConfig>>,
     limits: Limits,
@@ -407,14 +424,17 @@ impl Shared {
             let router = self.router.clone();
             let slot = Arc::clone(slot);
             let (metrics, name) = (self.metrics.clone(), self.name);
+            let budget = self.budget.clone();
             hyper::service::service_fn(move |request: Request<Incoming>| {
                 let mut router = router.clone();
                 let slot = Arc::clone(&slot);
                 let metrics = metrics.clone();
+                let budget = budget.clone();
                 async move {
                     slot.set(Phase::Busy);
-                    let call = router.call(request.map(Body::new));
-                    let response = match tokio::time::timeout(limits.body_timeout, call).await {
+                    let (request, charge) = charged(request, budget, limits.max_header_bytes);
+                    let call = router.call(request);
+                    let mut response = match tokio::time::timeout(limits.body_timeout, call).await {
                         Ok(Ok(response)) => response,
                         Ok(Err(never)) => match never {},
                         Err(_) => {
@@ -422,14 +442,22 @@ impl Shared {
                             request_timeout()
                         }
                     };
+                    if let Some(refusal) = charge.as_deref().and_then(Charge::refused) {
+                        metrics.closed(name, Closed::BodyBudget, 1);
+                        tracing::debug!(server = name, %refusal, "request body refused");
+                        response = budget_refused(refusal);
+                    }
+                    drop(charge);
                     slot.set(Phase::Idle);
                     Ok::<_, Infallible>(response)
                 }
             })
         };
+        // No hyper header timer: the slot's deadlines (idle, then head) close a slow head, and
+        // hyper's would cost a boxed timer armed and dropped on every request.
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(limits.idle_timeout + limits.header_timeout)
+            .header_read_timeout(None)
             .max_buf_size(limits.max_header_bytes)
             .keep_alive(true)
             .serve_connection(TokioIo::new(Tracked::new(io, Arc::clone(slot))), service);
@@ -468,6 +496,43 @@ impl Shared {
     }
 }
 
+/// The request with its body (if it has one) charged to `budget` beyond its first `allowance`
+/// bytes, and the charge.
+fn charged(
+    request: Request<Incoming>,
+    budget: BodyBudget,
+    allowance: usize,
+) -> (Request<Body>, Option<Arc<Charge>>) {
+    use hyper::body::Body as _;
+
+    if request.body().is_end_stream() {
+        return (request.map(Body::new), None);
+    }
+    let charge = Charge::new(budget);
+    let request =
+        request.map(|body| Body::new(Budgeted::new(body, Arc::clone(&charge), allowance)));
+    (request, Some(charge))
+}
+
+/// `503` (or `413` for a chunk larger than the budget), closing the connection.
+fn budget_refused(refusal: BudgetRefusal) -> Response<Body> {
+    let mut response = Response::new(Body::from(format!("{refusal}\n")));
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    *response.status_mut() = match refusal {
+        BudgetRefusal::Exhausted { .. } => {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        BudgetRefusal::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+    };
+    response
+}
+
 /// `408 Request Timeout`, closing the connection.
 fn request_timeout() -> Response<Body> {
     let mut response = Response::new(Body::from(
@@ -492,6 +557,8 @@ enum HandshakeFailure {
     Timeout(Duration),
     #[error("{0}")]
     Error(#[source] io::Error),
+    #[error("client certificate refused: {0}")]
+    ClientCertificate(#[source] io::Error),
     #[error("shed to admit a newer connection")]
     Shed,
 }
@@ -502,6 +569,7 @@ impl HandshakeFailure {
             Self::ClientHelloTimeout(_) => "client_hello_timeout",
             Self::Timeout(_) => "timeout",
             Self::Error(_) => "error",
+            Self::ClientCertificate(_) => "client_certificate",
             Self::Shed => "shed",
         }
     }
@@ -525,7 +593,19 @@ async fn handshake(
     tokio::time::timeout(rest, start.into_stream(config))
         .await
         .map_err(|_| HandshakeFailure::Timeout(limits.handshake_timeout))?
-        .map_err(HandshakeFailure::Error)
+        .map_err(|error| {
+            let rustls = error
+                .get_ref()
+                .and_then(|e| e.downcast_ref::<rustls::Error>());
+            if matches!(
+                rustls,
+                Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+            ) {
+                HandshakeFailure::ClientCertificate(error)
+            } else {
+                HandshakeFailure::Error(error)
+            }
+        })
 }
 
 /// As axum's listener: per-connection errors are skipped. When the process is out of file

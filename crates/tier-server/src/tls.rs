@@ -12,6 +12,19 @@
 //! and at every rotation, and its expiry is exported as
 //! `tierd_serving_certificate_expiry_timestamp_seconds` ([`CertReloader::register`]).
 //!
+//! # Client authentication
+//!
+//! [`ClientAuth`] makes the webhook port authenticate its callers, as controller-runtime's
+//! `ClientCAName` and Gatekeeper's `--client-ca-name`/`--client-cn-name` do: every connection
+//! must present a client certificate that chains to the CA file (rustls's
+//! [`WebPkiClientVerifier`]: validity, `clientAuth` extended key usage, signatures) and whose
+//! subject CN or one of whose DNS SANs is among the allowed names (default `kube-apiserver`).
+//! Anything else fails the handshake. The CA file is reloaded like the serving certificate: a
+//! changed file that parses replaces the trusted CAs for new connections; one that does not is
+//! refused (logged once per content) and the previous CAs stay in use. Build the configuration
+//! with [`CertReloader::server_config_with_client_auth`]; the probe and metrics ports keep
+//! [`CertReloader::server_config`].
+//!
 //! [`Server::tls`](crate::Server::tls) serves a configuration built here, with a short
 //! ClientHello deadline and a cap on pending handshakes (see [`conn`](crate::conn)). ALPN
 //! offers `http/1.1`; rustls's safe defaults allow TLS 1.2 and 1.3 with AEAD suites only.
@@ -42,12 +55,17 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use rustls::ServerConfig;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, RootCertStore,
+    ServerConfig, SignatureScheme,
+};
 
 /// Loading or using a certificate failed. Fix the files (or the paths) and reload; an error
 /// during a reload keeps the previous certificate in service.
@@ -100,6 +118,29 @@ pub enum TlsError {
     /// rustls refused the server configuration.
     #[error("cannot build the TLS configuration: {0}")]
     Config(#[source] rustls::Error),
+    /// A certificate of the client CA file cannot be a trust anchor.
+    #[error(
+        "{path} holds a certificate that cannot be a client CA: {source}; it must hold the PEM CA certificates that sign kube-apiserver's client certificate"
+    )]
+    ClientCa {
+        /// The CA file.
+        path: PathBuf,
+        /// rustls's error.
+        #[source]
+        source: rustls::Error,
+    },
+    /// rustls refused to build a client verifier from the CA file.
+    #[error("cannot verify client certificates with the CAs in {path}: {source}")]
+    ClientVerifier {
+        /// The CA file.
+        path: PathBuf,
+        /// rustls's error.
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    /// No client name was allowed.
+    #[error("no allowed client name: give at least one (e.g. --client-names kube-apiserver)")]
+    NoClientNames,
 }
 
 /// The PEM files of a serving certificate: the chain (leaf first) and its private key.
@@ -358,6 +399,277 @@ impl CertReloader {
             .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
+    }
+}
+
+impl CertReloader {
+    /// As [`server_config`](Self::server_config), but every client must present a certificate
+    /// that `client` accepts (see the [module docs](self#client-authentication)).
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError::Config`] if rustls refuses the provider's defaults.
+    pub fn server_config_with_client_auth(
+        self: &Arc<Self>,
+        client: &Arc<ClientAuth>,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
+        let mut config = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+            .with_safe_default_protocol_versions()
+            .map_err(TlsError::Config)?
+            .with_client_cert_verifier(Arc::clone(client) as Arc<dyn ClientCertVerifier>)
+            .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// Client authentication for the webhook port: a client certificate chained to the CAs of a
+/// PEM file (reloaded when it changes) and naming an allowed client. See the
+/// [module docs](self#client-authentication).
+pub struct ClientAuth {
+    path: PathBuf,
+    names: Vec<String>,
+    provider: Arc<CryptoProvider>,
+    current: RwLock<Arc<dyn ClientCertVerifier>>,
+    /// The content last tried (installed or refused), so a refused file is logged once.
+    seen: Mutex<Vec<u8>>,
+}
+
+impl fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientAuth")
+            .field("path", &self.path)
+            .field("names", &self.names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientAuth {
+    /// Trusts the CA certificates in the PEM file `path` (ring provider) and admits clients
+    /// whose certificate's subject CN or a DNS SAN is exactly one of `names`.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] when the file cannot be read, holds no usable CA certificate, or `names`
+    /// is empty (or holds only empty names).
+    pub async fn load(
+        path: impl Into<PathBuf>,
+        names: impl IntoIterator<Item = String>,
+    ) -> Result<Arc<Self>, TlsError> {
+        let path = path.into();
+        let names: Vec<String> = names.into_iter().filter(|n| !n.is_empty()).collect();
+        if names.is_empty() {
+            return Err(TlsError::NoClientNames);
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let pem = read_file(&path).await?;
+        let verifier = client_verifier(&path, &pem, &provider)?;
+        Ok(Arc::new(Self {
+            path,
+            names,
+            provider,
+            current: RwLock::new(verifier),
+            seen: Mutex::new(pem),
+        }))
+    }
+
+    /// The CA file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The client names admitted.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Reads the CA file again and trusts its CAs if its content changed.
+    ///
+    /// # Errors
+    ///
+    /// [`TlsError`] when the changed file cannot be read or used; the previous CAs stay
+    /// trusted. A refused content is reported once (then [`Reload::Unchanged`]).
+    pub async fn reload(&self) -> Result<Reload, TlsError> {
+        let pem = read_file(&self.path).await?;
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            if *seen == pem {
+                return Ok(Reload::Unchanged);
+            }
+            seen.clone_from(&pem);
+        }
+        let verifier = client_verifier(&self.path, &pem, &self.provider)?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = verifier;
+        Ok(Reload::Rotated)
+    }
+
+    /// Reloads every `interval` until `shutdown` resolves, logging changes and errors. Spawn it.
+    pub async fn watch(self: Arc<Self>, interval: Duration, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return,
+                _ = ticks.tick() => {}
+            }
+            match self.reload().await {
+                Ok(Reload::Unchanged) => {}
+                Ok(Reload::Rotated) => tracing::info!(
+                    ca = %self.path.display(),
+                    "client CA reloaded"
+                ),
+                Err(error) => tracing::error!(
+                    %error,
+                    "client CA not reloaded; the previous CAs stay trusted"
+                ),
+            }
+        }
+    }
+
+    fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Whether the certificate's subject CN or a DNS SAN is an allowed name; the names it
+    /// carries otherwise (for the error).
+    fn check_name(&self, end_entity: &CertificateDer<'_>) -> Result<(), rustls::Error> {
+        let bad_encoding = || rustls::Error::InvalidCertificate(CertificateError::BadEncoding);
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(end_entity).map_err(|_| bad_encoding())?;
+        let mut presented: Vec<String> = cert
+            .subject()
+            .iter_common_name()
+            .filter_map(|cn| cn.as_str().ok().map(str::to_owned))
+            .collect();
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            presented.extend(
+                san.value
+                    .general_names
+                    .iter()
+                    .filter_map(|name| match name {
+                        x509_parser::extensions::GeneralName::DNSName(dns) => {
+                            Some((*dns).to_owned())
+                        }
+                        _ => None,
+                    }),
+            );
+        }
+        if presented.iter().any(|p| self.names.contains(p)) {
+            return Ok(());
+        }
+        Err(rustls::Error::InvalidCertificate(CertificateError::Other(
+            OtherError(Arc::new(NameNotAllowed {
+                presented: presented
+                    .into_iter()
+                    .take(8)
+                    .map(|n| truncate(&n))
+                    .collect(),
+                allowed: self.names.clone(),
+            })),
+        )))
+    }
+}
+
+/// A client certificate chained to the CA but names no allowed client.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the client certificate names {presented:?} (CN and DNS SANs), none of the allowed {allowed:?}"
+)]
+struct NameNotAllowed {
+    presented: Vec<String>,
+    allowed: Vec<String>,
+}
+
+/// At most 64 characters of a name from a certificate, for errors and logs.
+fn truncate(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((end, _)) => format!("{}…", &name[..end]),
+        None => name.to_owned(),
+    }
+}
+
+/// A webpki client verifier trusting the CA certificates in `pem`.
+fn client_verifier(
+    path: &Path,
+    pem: &[u8],
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| TlsError::Pem {
+            path: path.to_owned(),
+            source,
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_owned(),
+        });
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|source| TlsError::ClientCa {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+        .build()
+        .map_err(|source| TlsError::ClientVerifier {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+impl ClientCertVerifier for ClientAuth {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    /// No hints: the CAs can change at a reload, and kube-apiserver (Go) then sends the one
+    /// client certificate it is configured with.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .verifier()
+            .verify_client_cert(end_entity, intermediates, now)?;
+        self.check_name(end_entity)?;
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.verifier().supported_verify_schemes()
     }
 }
 

@@ -16,7 +16,9 @@ use tier_core::FixedLister;
 use tier_core::admission::AdmissionPolicy;
 use tier_server::readiness::{CacheSynced, TIER_CACHE_SYNCED};
 use tier_server::tls::CertFiles;
-use tier_server::{CertReloader, Limits, Readiness, Routes, Server, ServerMetrics, Webhook};
+use tier_server::{
+    BodyBudget, CertReloader, Limits, Readiness, Routes, Server, ServerMetrics, Webhook,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -34,6 +36,7 @@ const LIMITS: Limits = Limits {
     max_connections: 64,
     max_handshakes: 16,
     max_header_bytes: 16 * 1024,
+    max_body_bytes_held: 16 * 1024 * 1024,
 };
 
 /// Probes and the webhook on one router, the webhook's cache synced.
@@ -393,6 +396,68 @@ async fn oversized_heads_and_bodies_and_smuggling_are_refused() {
     let body = "a".repeat(8 * 1024 * 1024);
     let reply = post(server.addr, "/validate/tier", body).await;
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+    server.stop().await.unwrap();
+}
+
+/// Connections each holding a body one byte short of its Content-Length: the bytes held stay
+/// within the server's body budget (its counter, not RSS), the connections beyond it get
+/// `503` after a short wait, a Tier review still gets in (its few KiB are within the free
+/// allowance), and everything held is given back when the holders time out.
+#[tokio::test(start_paused = true)]
+async fn bodies_held_one_byte_short_stay_within_the_body_budget() {
+    const CONNECTIONS: usize = 12;
+    const BODY: usize = 64 * 1024;
+    const BUDGET: usize = 256 * 1024;
+    let budget = BodyBudget::new(BUDGET);
+    let server = Running::start(
+        Server::new(router())
+            .limits(LIMITS)
+            .body_budget(budget.clone()),
+    )
+    .await;
+    let mut holders = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let addr = server.addr;
+        holders.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            let head = format!(
+                "POST /validate/tier HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {BODY}\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).await.unwrap();
+            stream.write_all(&vec![b' '; BODY - 1]).await.unwrap();
+            until_closed(&mut stream).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = budget.held();
+    assert!(held <= BUDGET, "{held} held");
+    // Each body is charged beyond its free 16 KiB: the budget is really in use.
+    let charged = BODY - LIMITS.max_header_bytes;
+    assert!(held + charged > BUDGET, "only {held} held");
+
+    // A review during the attack: within its allowance, answered at once.
+    let start = Instant::now();
+    let reply = post(server.addr, "/validate/tier", review()).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert!(start.elapsed() < Duration::from_millis(100));
+
+    let mut refused = 0;
+    let mut timed_out = 0;
+    for holder in holders {
+        let (got, elapsed) = holder.await.unwrap();
+        if got.starts_with("HTTP/1.1 503") {
+            assert!(got.contains("retry-after: 1"), "{got}");
+            assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+            refused += 1;
+        } else {
+            assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+            timed_out += 1;
+        }
+    }
+    assert_eq!(timed_out, BUDGET / charged, "held to the body timeout");
+    assert_eq!(refused, CONNECTIONS - timed_out);
+    assert!(budget.peak() <= BUDGET, "peak {}", budget.peak());
+    assert_eq!(budget.held(), 0, "everything given back");
     server.stop().await.unwrap();
 }
 

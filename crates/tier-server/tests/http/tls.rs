@@ -220,3 +220,209 @@ async fn pem_errors_are_in_words() {
     assert!(!error.contains('['), "a byte array: {error}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A CA that signs client certificates.
+struct Ca {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pem: String,
+}
+
+fn ca(name: &str) -> Ca {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    Ca {
+        issuer: rcgen::Issuer::new(params, key),
+        pem: cert.pem(),
+    }
+}
+
+/// A client certificate (clientAuth) signed by `ca` with subject CN `cn` and DNS SANs `sans`.
+fn client_cert(ca: &Ca, cn: &str, sans: &[&str]) -> (CertificateDer<'static>, Vec<u8>) {
+    let mut params =
+        rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+            .unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca.issuer).unwrap();
+    (cert.der().clone(), key.serialize_der())
+}
+
+/// `GET /livez` over TLS trusting `root`, presenting `client` if given: the raw answer, or the
+/// error that ended the connection.
+async fn get_as(
+    addr: std::net::SocketAddr,
+    root: &CertificateDer<'static>,
+    client: Option<&(CertificateDer<'static>, Vec<u8>)>,
+) -> Result<String, std::io::Error> {
+    use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root.clone()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![cert.clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.clone())),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await?;
+    tls.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut reply = Vec::new();
+    tls.read_to_end(&mut reply).await?;
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+fn admitted(reply: &Result<String, std::io::Error>) -> bool {
+    reply.as_ref().is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+}
+
+async fn serve_with_client_auth(
+    reloader: &Arc<CertReloader>,
+    client: &Arc<tier_server::ClientAuth>,
+    metrics: tier_server::ServerMetrics,
+) -> Running {
+    let router = Routes::new(Readiness::new()).into_router();
+    let config = reloader.server_config_with_client_auth(client).unwrap();
+    Running::start(
+        Server::new(router)
+            .tls(config)
+            .name("webhook")
+            .metrics(metrics),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn client_auth_admits_only_allowed_names_chained_to_the_ca() {
+    let dir = temp_dir();
+    let files = files_in(&dir);
+    let server_cert = self_signed();
+    write(&files, &server_cert.cert_pem, &server_cert.key_pem);
+    let reloader = CertReloader::load(files).await.unwrap();
+    let (trusted, other) = (ca("trusted"), ca("other"));
+    let ca_file = dir.join("client-ca.crt");
+    std::fs::write(&ca_file, &trusted.pem).unwrap();
+    let client = tier_server::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
+        .await
+        .unwrap();
+    let metrics = tier_server::ServerMetrics::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let server = serve_with_client_auth(&reloader, &client, metrics).await;
+    let root = &server_cert.der;
+
+    let no_cert = get_as(server.addr, root, None).await;
+    assert!(!admitted(&no_cert), "no client certificate: {no_cert:?}");
+    let wrong_ca = client_cert(&other, "kube-apiserver", &[]);
+    let reply = get_as(server.addr, root, Some(&wrong_ca)).await;
+    assert!(!admitted(&reply), "another CA: {reply:?}");
+    let wrong_name = client_cert(&trusted, "system:node:evil", &["evil.example"]);
+    let reply = get_as(server.addr, root, Some(&wrong_name)).await;
+    assert!(!admitted(&reply), "a name not allowed: {reply:?}");
+
+    let right = client_cert(&trusted, "kube-apiserver", &[]);
+    let reply = get_as(server.addr, root, Some(&right)).await;
+    assert!(admitted(&reply), "kube-apiserver by CN: {reply:?}");
+    let by_san = client_cert(&trusted, "apiserver-1", &["kube-apiserver"]);
+    let reply = get_as(server.addr, root, Some(&by_san)).await;
+    assert!(admitted(&reply), "kube-apiserver by DNS SAN: {reply:?}");
+
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains(
+            "tierd_tls_handshake_failures_total{server=\"webhook\",reason=\"client_certificate\"} 3"
+        ),
+        "{text}"
+    );
+    server.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_client_ca_is_reloaded_and_a_bad_one_keeps_the_old() {
+    let dir = temp_dir();
+    let files = files_in(&dir);
+    let server_cert = self_signed();
+    write(&files, &server_cert.cert_pem, &server_cert.key_pem);
+    let reloader = CertReloader::load(files).await.unwrap();
+    let (first, second) = (ca("first"), ca("second"));
+    let ca_file = dir.join("client-ca.crt");
+    std::fs::write(&ca_file, &first.pem).unwrap();
+    let client = tier_server::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
+        .await
+        .unwrap();
+    let server =
+        serve_with_client_auth(&reloader, &client, tier_server::ServerMetrics::default()).await;
+    let root = &server_cert.der;
+    let (old, new) = (
+        client_cert(&first, "kube-apiserver", &[]),
+        client_cert(&second, "kube-apiserver", &[]),
+    );
+    assert!(admitted(&get_as(server.addr, root, Some(&old)).await));
+    assert!(!admitted(&get_as(server.addr, root, Some(&new)).await));
+    assert_eq!(client.reload().await.unwrap(), Reload::Unchanged);
+
+    // Rotated: the new CA's clients get in, the old one's do not, without a restart.
+    std::fs::write(&ca_file, &second.pem).unwrap();
+    assert_eq!(client.reload().await.unwrap(), Reload::Rotated);
+    assert!(admitted(&get_as(server.addr, root, Some(&new)).await));
+    assert!(!admitted(&get_as(server.addr, root, Some(&old)).await));
+
+    // A broken file is refused once and the CAs in use stay.
+    std::fs::write(&ca_file, "not a certificate").unwrap();
+    let error = client.reload().await.unwrap_err();
+    assert!(matches!(error, TlsError::NoCertificate { .. }), "{error}");
+    assert_eq!(client.reload().await.unwrap(), Reload::Unchanged);
+    assert!(admitted(&get_as(server.addr, root, Some(&new)).await));
+
+    server.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn client_auth_needs_a_ca_and_a_name() {
+    let dir = temp_dir();
+    let ca_file = dir.join("client-ca.crt");
+    std::fs::write(&ca_file, ca("ca").pem).unwrap();
+    let error = tier_server::ClientAuth::load(&ca_file, [String::new()])
+        .await
+        .unwrap_err();
+    assert!(matches!(error, TlsError::NoClientNames), "{error}");
+    std::fs::write(&ca_file, "").unwrap();
+    let error = tier_server::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
+        .await
+        .unwrap_err();
+    assert!(matches!(error, TlsError::NoCertificate { .. }), "{error}");
+    let missing = tier_server::ClientAuth::load(dir.join("absent"), ["x".to_owned()])
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, TlsError::Read { .. }), "{missing}");
+    let _ = std::fs::remove_dir_all(dir);
+}
