@@ -261,6 +261,7 @@ async fn a_missing_secret_is_waited_for_with_a_clear_error_and_then_filled() {
 #[tokio::test]
 async fn without_permission_to_read_the_secret_tierd_waits_saying_what_is_missing() {
     let cluster = Cluster::antrea().await;
+    install_empty_secret(&cluster.server.store());
     let forbidden = cluster.server.inject(
         tier_testserver::Fault::status(
             tier_testserver::Verb::Get,
