@@ -29,7 +29,7 @@ pub mod status;
 pub use backoff::Backoff;
 pub use driver::{Driver, DriverConfig, EventReceiver, Mode, Stopped, entropy_seed};
 pub use error::{ErrorClass, WriteError};
-pub use fleet::{Fleet, FleetConfig, TierId, predict};
+pub use fleet::{Fleet, FleetConfig, HoldCause, TierId, predict};
 pub use machine::{
     Action, Blocker, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent, TierMachine,
     TierState, TierStatus, WriteKind,

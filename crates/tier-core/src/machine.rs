@@ -695,6 +695,19 @@ impl TierMachine {
         matches!(self.phase, Phase::InFlight { .. })
     }
 
+    /// Whether the machine would call if polled now (its waits are over).
+    pub fn is_ready(&self) -> bool {
+        self.phase == Phase::Ready
+    }
+
+    /// The kind of the call in flight, if any.
+    pub fn in_flight_kind(&self) -> Option<WriteKind> {
+        match self.phase {
+            Phase::InFlight { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+
     /// Whether the decision for the current observation is a create.
     pub fn wants_create(&self) -> bool {
         decide(&self.spec, &self.observed) == Decision::Create
