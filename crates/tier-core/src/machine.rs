@@ -615,6 +615,8 @@ pub struct TierMachine {
     phase: Phase,
     attempt: u32,
     last_error: Option<WriteError>,
+    /// The verb of the call that failed with `last_error`: backoffs are per cause and verb.
+    failed_kind: Option<WriteKind>,
     error_since: Option<Instant>,
     /// Whether the Tier was observed in sync since our last write: a write now is a correction.
     was_in_sync: bool,
@@ -653,6 +655,7 @@ impl TierMachine {
             phase: Phase::Unsynced,
             attempt: 0,
             last_error: None,
+            failed_kind: None,
             error_since: None,
             was_in_sync: false,
             written_basis: None,
@@ -705,6 +708,15 @@ impl TierMachine {
         match self.phase {
             Phase::InFlight { kind, .. } => Some(kind),
             _ => None,
+        }
+    }
+
+    /// The verb the current observation calls for, if any.
+    fn wanted_kind(&self) -> Option<WriteKind> {
+        match decide(&self.spec, &self.observed) {
+            Decision::Create => Some(WriteKind::Create),
+            Decision::Update { .. } => Some(WriteKind::Update),
+            Decision::WaitForSync | Decision::InSync => None,
         }
     }
 
@@ -784,10 +796,13 @@ impl TierMachine {
             kind == WriteKind::Create && class == ErrorClass::Transient,
         );
         self.outcomes.count(class);
-        if self.last_error.as_ref().map(|e| e.class) != Some(class) {
+        if self.last_error.as_ref().map(|e| e.class) != Some(class)
+            || self.failed_kind != Some(kind)
+        {
             self.attempt = 0;
             self.error_since = Some(now);
         }
+        self.failed_kind = Some(kind);
         self.attempt = self.attempt.saturating_add(1);
         let unit = self.rng.f64();
         let config = &self.config;
@@ -1136,6 +1151,14 @@ impl TierMachine {
             Phase::Unsynced | Phase::Ready | Phase::Converged => true,
             Phase::AwaitEcho { basis, .. } => *basis != self.fingerprint(),
             Phase::Blocked { .. } => self.blocker.is_none() || !self.wants_create(),
+            // A refusal concerns its verb: a Tier now needing the other verb does not wait
+            // on it (RBAC grants create and update separately).
+            Phase::Waiting { .. }
+                if self.failing_with() == Some(ErrorClass::Forbidden)
+                    && self.failed_kind != self.wanted_kind() =>
+            {
+                true
+            }
             Phase::Waiting { wake, .. } => match wake {
                 Wake::SetChange {
                     generation,

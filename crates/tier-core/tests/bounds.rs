@@ -258,3 +258,101 @@ fn a_drifted_tier_is_not_held_by_another_tiers_failing_object() {
     assert_eq!(calls.iter().filter(|c| c.id == e).count(), 1);
     assert_eq!(calls.iter().find(|c| c.id == e).unwrap().at, t2);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 4. Backoff keyed by cause and verb.
+
+fn refused(verb: &str) -> WriteError {
+    WriteError::forbidden(
+        format!("tiers.crd.antrea.io is forbidden: User \"tierd\" cannot {verb} resource"),
+        Some(format!("{verb} tiers.crd.antrea.io")),
+    )
+}
+
+#[test]
+fn a_create_403_is_one_probe_for_the_fleet_and_the_grant_releases_every_create() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = fleet(t0);
+    let granted = t0 + 60 * S;
+    let calls = run(
+        &mut fleet,
+        &mut world,
+        t0,
+        granted,
+        S,
+        |now, _, action| match action {
+            Action::Create(_) if now < granted => Fault::Fail(refused("create")),
+            _ => Fault::None,
+        },
+    );
+    // The first refusal comes back before the second create is sent: from then on, one
+    // create per step of the forbidden backoff for the whole fleet.
+    let after_first: Vec<Instant> = calls.iter().map(|c| c.at).collect();
+    assert!(
+        after_first.windows(2).all(|w| w[1] - w[0] >= 500 * MS),
+        "{after_first:?}"
+    );
+    assert!(
+        after_first.len() <= 9,
+        "{} creates: {after_first:?}",
+        after_first.len()
+    );
+    // Granted: the next probe gets through, and every other create follows at once.
+    let calls = run(
+        &mut fleet,
+        &mut world,
+        granted,
+        granted + 120 * S,
+        S,
+        |_, _, _| Fault::None,
+    );
+    assert!(fleet.is_converged(), "{:#?}", fleet.status());
+    let last = calls.iter().map(|c| c.at).max().unwrap();
+    let first = calls.iter().map(|c| c.at).min().unwrap();
+    assert_eq!(last, first, "all at the probe's answer: {calls:#?}");
+    assert!(first <= granted + 60 * S + S);
+}
+
+#[test]
+fn a_refused_update_does_not_delay_the_create_that_follows_a_deletion() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = fleet(t0);
+    run(&mut fleet, &mut world, t0, t0, S, |_, _, _| Fault::None);
+    world.put("networkops", 151, "");
+    let t1 = t0 + S;
+    // Updates are refused for five minutes: the update backoff reaches its 60 s cap.
+    run(
+        &mut fleet,
+        &mut world,
+        t1,
+        t1 + 300 * S,
+        S,
+        |_, _, action| match action {
+            Action::Update { .. } => Fault::Fail(refused("update")),
+            Action::Create(_) => Fault::None,
+        },
+    );
+    assert!(matches!(
+        fleet.status().tiers[id_of(&fleet, "networkops")].state,
+        TierState::Forbidden { .. }
+    ));
+    // Someone deletes it: the create (allowed) goes at once.
+    world.delete("networkops");
+    let t2 = t1 + 300 * S + MS;
+    let calls = run(
+        &mut fleet,
+        &mut world,
+        t2,
+        t2 + S,
+        100 * MS,
+        |_, _, action| match action {
+            Action::Update { .. } => Fault::Fail(refused("update")),
+            Action::Create(_) => Fault::None,
+        },
+    );
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0].at, t2);
+    assert!(converged(&fleet, "networkops"));
+}
