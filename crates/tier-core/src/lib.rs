@@ -17,6 +17,7 @@
 
 pub mod admission;
 pub mod backoff;
+mod budget;
 pub mod driver;
 pub mod error;
 pub mod fleet;
@@ -32,7 +33,7 @@ pub use error::{ErrorClass, WriteError};
 pub use fleet::{Fleet, FleetConfig, HoldCause, TierId, predict};
 pub use machine::{
     Action, Blocker, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent, TierMachine,
-    TierState, TierStatus, WriteKind,
+    TierState, TierStatus, WriteHold, WriteKind,
 };
 pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
 pub use ports::{Clock, FixedLister, TierLister, TierWriter};

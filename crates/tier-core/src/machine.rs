@@ -50,6 +50,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::backoff::Backoff;
+use crate::budget::{Budget, Spend};
 use crate::error::{ErrorClass, WriteError};
 use crate::observe::{Decision, Generation, Observed, decide};
 use crate::spec::TierSpec;
@@ -100,14 +101,18 @@ impl Default for MachineConfig {
     }
 }
 
-/// The contest rule: corrections are limited by a token bucket.
+/// The write budget of a Tier, and the contest rule: every write is limited by a token bucket.
 ///
-/// A *correction* is a write that restores a Tier that had been observed in sync (an update, or
-/// a re-create after a deletion). Each spends a token; the bucket holds `burst` tokens and
-/// gains one every `refill`, so an actor slower than one change per `refill` is corrected at
-/// once, every time. Without a token the Tier is *contested*: this and every further correction
-/// waits `hold_initial`, doubling with each hold up to `hold_cap`. The contest ends (a
-/// [`TierEvent::ContestEnded`], and a full bucket) once no correction was needed for `quiet`.
+/// Every write (a create, an update, a retry after any error) spends a token; the bucket holds
+/// `burst` tokens and gains one every `refill` (outside holds), so an actor slower than one
+/// change per `refill` is corrected at once, every time, and a fault-free run spends one token
+/// per drifted Tier. Without a token a write is held `hold_initial`, doubling with each hold in
+/// a row up to `hold_cap`: a Tier's sustained write rate is at most one per `hold_cap`. If the
+/// held write corrects someone else's change (a *correction*: it restores a Tier observed in
+/// sync, or re-creates one the server confirmed was there), the Tier is *contested*
+/// ([`TierEvent::Contested`]); otherwise its state keeps the error's cause and its status
+/// notes the budget ([`TierStatus::held`]). Once the bucket is full again the holds reset and
+/// a contest ends ([`TierEvent::ContestEnded`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContestPolicy {
     /// Immediate corrections before holding off (default 3).
@@ -118,8 +123,16 @@ pub struct ContestPolicy {
     pub hold_initial: Duration,
     /// The longest hold-off (default 60 s).
     pub hold_cap: Duration,
-    /// A pause without corrections that ends a contest (default 120 s; longer than `hold_cap`).
-    pub quiet: Duration,
+}
+
+impl ContestPolicy {
+    /// The longest a spent budget (a contest) can last after the other writer stopped: the
+    /// last hold, then the time to refill the bucket (`hold_cap + burst × refill`, default
+    /// 120 s).
+    pub fn quiet(&self) -> Duration {
+        self.hold_cap
+            .saturating_add(self.refill.saturating_mul(self.burst))
+    }
 }
 
 impl Default for ContestPolicy {
@@ -129,7 +142,6 @@ impl Default for ContestPolicy {
             refill: Duration::from_secs(20),
             hold_initial: Duration::from_secs(1),
             hold_cap: Duration::from_secs(60),
-            quiet: Duration::from_secs(120),
         }
     }
 }
@@ -405,18 +417,46 @@ pub struct TierStatus {
     pub corrections: u64,
     /// Whether someone keeps changing the Tier back (see [`ContestPolicy`]).
     pub contested: bool,
+    /// Set while the Tier's write budget is spent (see [`ContestPolicy`]): its writes are held
+    /// off, whatever their cause. The state says the cause (contested, or the error).
+    pub held: Option<WriteHold>,
     /// When the Tier first converged, if it has (latched).
     pub converged_at: Option<Instant>,
     /// The kind of the last successful write, if any.
     pub last_write: Option<WriteKind>,
 }
 
+impl TierStatus {
+    /// Whether the Tier reached its write bound: its budget is spent (every further write is
+    /// held off, [`held`](Self::held)) or it is [`TierState::Contested`]. Such a Tier is in a
+    /// visible state: the state names the cause, and the rendering notes the budget.
+    pub fn is_write_limited(&self) -> bool {
+        self.held.is_some() || matches!(self.state, TierState::Contested { .. })
+    }
+}
+
 impl fmt::Display for TierStatus {
     /// `networkops blocked: priority 150 is held by Tier team-a`: the one rendering shared by
-    /// logs, readiness reasons, `tierd ensure` and the demo.
+    /// logs, readiness reasons, `tierd ensure` and the demo. A spent write budget is noted:
+    /// `...; write budget spent, next write held 4s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.name, self.state)
+        write!(f, "{} {}", self.name, self.state)?;
+        match (&self.held, &self.state) {
+            (Some(held), state) if !matches!(state, TierState::Contested { .. }) => {
+                write!(f, "; write budget spent, next write held {:?}", held.hold)
+            }
+            _ => Ok(()),
+        }
     }
+}
+
+/// A Tier's spent write budget: writes are held off (see [`ContestPolicy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteHold {
+    /// When the current (or last) hold ends.
+    pub until: Instant,
+    /// How long it is: the hold-off doubles with each hold in a row, up to `hold_cap`.
+    pub hold: Duration,
 }
 
 /// Something worth telling people about one Tier: one event per episode, never one per retry.
@@ -587,20 +627,19 @@ enum Phase {
     Converged,
 }
 
-/// The token bucket and streak of the contest rule.
+/// What the contest rule knows beyond the budget: the streak and whether it is a contest.
 #[derive(Debug)]
 struct Contest {
-    tokens: u32,
-    /// Tokens accrue from this instant on.
-    refill_from: Option<Instant>,
-    /// Holds in a row (each doubles the next).
-    holds: u32,
-    /// Whether the hold just ended lets the next correction through.
-    hold_served: bool,
-    /// Corrections since the last quiet period.
+    /// Corrections since the budget was last full.
     streak: u32,
+    /// Whether the budget was spent by corrections (someone keeps changing the Tier back).
     contested: bool,
-    last_correction: Option<Instant>,
+    /// Whether the writes since the last convergence correct someone else's change (a retry
+    /// of a correction after a Conflict is still one).
+    correcting: bool,
+    /// Whether a create was confirmed and the cache has not shown the Tier since: if the
+    /// server accepts another create, someone deleted it, and that create was a correction.
+    created_unseen: bool,
 }
 
 /// The state machine of one desired Tier. See the [module docs](self) for the protocol.
@@ -632,6 +671,7 @@ pub struct TierMachine {
     /// is seen to lag past it, then doubled by each echo that does not come in time, up to the
     /// backoff cap. A write sent again from the basis it replaced can only meet itself.
     echo_wait: Duration,
+    budget: Budget,
     contest: Contest,
     corrections: u64,
     outcomes: OutcomeCounts,
@@ -643,7 +683,7 @@ pub struct TierMachine {
 impl TierMachine {
     /// A machine for `spec`; `seed` makes its jitter deterministic.
     pub fn new(spec: TierSpec, config: MachineConfig, seed: u64) -> Self {
-        let tokens = config.contest.burst;
+        let budget = Budget::new(&config.contest);
         let echo_wait = config.echo_timeout;
         Self {
             spec,
@@ -661,14 +701,12 @@ impl TierMachine {
             written_basis: None,
             maybe_created: false,
             echo_wait,
+            budget,
             contest: Contest {
-                tokens,
-                refill_from: None,
-                holds: 0,
-                hold_served: false,
                 streak: 0,
                 contested: false,
-                last_correction: None,
+                correcting: false,
+                created_unseen: false,
             },
             corrections: 0,
             outcomes: OutcomeCounts::default(),
@@ -732,6 +770,9 @@ impl TierMachine {
         if observed != Observed::Unknown || self.observed == Observed::Unknown {
             self.observed = observed;
         }
+        if matches!(self.observed, Observed::Present(_)) {
+            self.contest.created_unseen = false;
+        }
         self.generation = self.generation.max(generation);
         self.advance(now);
     }
@@ -762,6 +803,13 @@ impl TierMachine {
         match outcome {
             Ok(()) => {
                 self.outcomes.ok += 1;
+                if kind == WriteKind::Create {
+                    // A second create accepted while the cache never showed the first: the
+                    // server confirms that someone deleted the Tier in between.
+                    if std::mem::replace(&mut self.contest.created_unseen, true) {
+                        self.count_correction();
+                    }
+                }
                 self.last_write = Some(kind);
                 self.written_basis = Some(basis.clone());
                 self.attempt = 0;
@@ -920,22 +968,7 @@ impl TierMachine {
     /// Input: time has passed (call when `now` reaches [`poll_timeout`](Self::poll_timeout)).
     /// Timers (backoffs, hold-offs, the echo timeout, the end of a contest) fire only here.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some(last) = self.contest.last_correction
-            && now >= last + self.config.contest.quiet
-            && !matches!(self.phase, Phase::Hold { .. } | Phase::InFlight { .. })
-        {
-            self.contest.last_correction = None;
-            self.contest.streak = 0;
-            self.contest.holds = 0;
-            self.contest.tokens = self.config.contest.burst;
-            self.contest.refill_from = None;
-            if self.contest.contested {
-                self.contest.contested = false;
-                self.events.push_back(TierEvent::ContestEnded {
-                    tier: self.spec.name.clone(),
-                });
-            }
-        }
+        self.recover(now);
         self.advance_timers(now);
         self.advance(now);
     }
@@ -965,7 +998,7 @@ impl TierMachine {
             .written_basis
             .as_ref()
             .is_some_and(|basis| *basis != self.fingerprint());
-        if (self.was_in_sync || overwritten) && !self.take_token(now) {
+        if !self.spend(now, self.was_in_sync || overwritten) {
             return None;
         }
         self.phase = Phase::InFlight {
@@ -983,13 +1016,11 @@ impl TierMachine {
             Phase::Waiting { until, .. } | Phase::Hold { until } => Some(*until),
             _ => None,
         };
-        // The end of a contest is due only outside a hold or a call (which end it otherwise).
+        // The budget's recovery (and the end of a contest) is due outside a hold or a call.
         let quiet = self
-            .contest
-            .last_correction
-            .filter(|_| self.contest.contested)
-            .filter(|_| !matches!(self.phase, Phase::Hold { .. } | Phase::InFlight { .. }))
-            .map(|at| at + self.config.contest.quiet);
+            .budget
+            .full_at(&self.config.contest)
+            .filter(|_| !matches!(self.phase, Phase::Hold { .. } | Phase::InFlight { .. }));
         match (phase, quiet) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -1003,12 +1034,23 @@ impl TierMachine {
 
     /// Getter: the published status.
     pub fn status(&self) -> TierStatus {
-        let state = match (&self.phase, &self.last_error, self.error_since) {
-            (Phase::Converged, _, _) => TierState::Converged,
-            (Phase::Hold { until }, _, _) => TierState::Contested {
+        let held = self
+            .budget
+            .last_hold()
+            .map(|(until, hold)| WriteHold { until, hold });
+        let contested_until = match &self.phase {
+            Phase::Hold { until } => Some(*until),
+            _ => held.map(|h| h.until),
+        };
+        let contested = contested_until
+            .filter(|_| self.contest.contested && self.phase != Phase::Converged)
+            .map(|until| TierState::Contested {
                 streak: self.contest.streak,
-                until: *until,
-            },
+                until,
+            });
+        let state = match (&self.phase, &self.last_error, self.error_since) {
+            _ if contested.is_some() => contested.unwrap_or(TierState::Pending),
+            (Phase::Converged, _, _) => TierState::Converged,
             (Phase::Blocked { since }, _, _) => {
                 let blocker = self.blocker.clone().unwrap_or(Blocker {
                     tiers: Vec::new(),
@@ -1054,6 +1096,7 @@ impl TierMachine {
             outcomes: self.outcomes,
             corrections: self.corrections,
             contested: self.contest.contested,
+            held: held.filter(|_| !matches!(self.phase, Phase::Converged)),
             converged_at: self.converged_at,
             last_write: self.last_write,
         }
@@ -1067,42 +1110,54 @@ impl TierMachine {
         });
     }
 
-    /// Spends a token on a correction, or holds it off; `false` when held off.
-    fn take_token(&mut self, now: Instant) -> bool {
-        let policy = &self.config.contest;
-        let contest = &mut self.contest;
-        if contest.hold_served {
-            contest.hold_served = false;
-        } else {
-            refill(contest, policy, now);
-            // While contested, every correction waits: a bucket refilled during a long hold
-            // must not buy a new burst.
-            if contest.tokens == 0 || contest.contested {
-                let factor = 1u32.checked_shl(contest.holds.min(31)).unwrap_or(u32::MAX);
-                let hold = policy
-                    .hold_initial
-                    .saturating_mul(factor)
-                    .min(policy.hold_cap);
-                contest.holds = contest.holds.saturating_add(1);
-                self.phase = Phase::Hold { until: now + hold };
-                if !contest.contested {
-                    contest.contested = true;
+    /// Spends from the write budget for the write about to go, or holds it; `false` when
+    /// held. `new_correction`: the write restores a Tier someone else changed.
+    fn spend(&mut self, now: Instant, new_correction: bool) -> bool {
+        let correction = new_correction || self.contest.correcting;
+        match self.budget.spend(&self.config.contest, now) {
+            Spend::Hold(until, _) => {
+                self.phase = Phase::Hold { until };
+                if correction && !self.contest.contested {
+                    self.contest.contested = true;
                     self.events.push_back(TierEvent::Contested {
                         tier: self.spec.name.clone(),
-                        streak: contest.streak,
+                        streak: self.contest.streak,
                     });
                 }
-                return false;
+                false
             }
-            contest.tokens -= 1;
-            contest.refill_from.get_or_insert(now);
+            Spend::Go => {
+                if new_correction {
+                    self.count_correction();
+                    self.was_in_sync = false;
+                    self.written_basis = None;
+                }
+                true
+            }
         }
-        contest.streak = contest.streak.saturating_add(1);
-        contest.last_correction = Some(now);
+    }
+
+    /// One more correction in the streak.
+    fn count_correction(&mut self) {
+        self.contest.streak = self.contest.streak.saturating_add(1);
+        self.contest.correcting = true;
         self.corrections += 1;
-        self.was_in_sync = false;
-        self.written_basis = None;
-        true
+    }
+
+    /// The budget is full again: its holds, the streak and a contest are over.
+    fn recover(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Hold { .. } | Phase::InFlight { .. }) {
+            return;
+        }
+        let recovered = self.budget.recover(&self.config.contest, now);
+        if recovered || (!self.budget.is_spent() && self.budget.is_full(&self.config.contest)) {
+            self.contest.streak = 0;
+            if std::mem::take(&mut self.contest.contested) {
+                self.events.push_back(TierEvent::ContestEnded {
+                    tier: self.spec.name.clone(),
+                });
+            }
+        }
     }
 
     /// Moves timed phases whose time has come.
@@ -1126,7 +1181,9 @@ impl TierMachine {
             Phase::Waiting { .. } => false,
             Phase::Hold { until } => {
                 let over = now >= *until;
-                self.contest.hold_served |= over;
+                if over {
+                    self.budget.hold_over();
+                }
                 over
             }
             _ => false,
@@ -1217,7 +1274,8 @@ impl TierMachine {
         self.attempt = 0;
         self.last_error = None;
         self.error_since = None;
-        self.contest.hold_served = false;
+        self.budget.settle();
+        self.contest.correcting = false;
         self.was_in_sync = true;
         self.converged_at.get_or_insert(now);
     }
@@ -1232,28 +1290,5 @@ impl TierMachine {
 
     fn fingerprint(&self) -> Fingerprint {
         self.observed.resource_version().map(str::to_owned)
-    }
-}
-
-/// Adds the tokens earned since `refill_from`, up to `burst`.
-fn refill(contest: &mut Contest, policy: &ContestPolicy, now: Instant) {
-    let Some(from) = contest.refill_from else {
-        return;
-    };
-    if contest.tokens >= policy.burst {
-        return;
-    }
-    let elapsed = now.saturating_duration_since(from);
-    let earned = if policy.refill.is_zero() {
-        u128::from(policy.burst)
-    } else {
-        elapsed.as_nanos() / policy.refill.as_nanos()
-    };
-    let earned = u32::try_from(earned).unwrap_or(u32::MAX);
-    contest.tokens = contest.tokens.saturating_add(earned).min(policy.burst);
-    if contest.tokens < policy.burst {
-        contest.refill_from = Some(from + policy.refill.saturating_mul(earned));
-    } else {
-        contest.refill_from = None;
     }
 }

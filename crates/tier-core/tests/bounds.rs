@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use tier_core::{
-    Action, DesiredSet, Fleet, FleetConfig, ObservedTier, Snapshot, TierId, TierState, WriteError,
+    Action, DesiredSet, Fleet, FleetConfig, ObservedTier, Snapshot, TierEvent, TierId, TierState,
+    WriteError,
 };
 
 const S: Duration = Duration::from_secs(1);
@@ -95,12 +96,47 @@ fn run(
     from: Instant,
     to: Instant,
     tick: Duration,
+    fault: impl FnMut(Instant, TierId, &Action) -> Fault,
+) -> Vec<Call> {
+    run_with(
+        fleet,
+        world,
+        from,
+        to,
+        tick,
+        Duration::ZERO,
+        |_, _| {},
+        fault,
+    )
+}
+
+/// [`run`], with tierd's cache showing the world as it was `lag` ago, and `actor` changing the
+/// world at every step (before tierd looks).
+#[allow(clippy::too_many_arguments)]
+fn run_with(
+    fleet: &mut Fleet,
+    world: &mut World,
+    from: Instant,
+    to: Instant,
+    tick: Duration,
+    lag: Duration,
+    mut actor: impl FnMut(Instant, &mut World),
     mut fault: impl FnMut(Instant, TierId, &Action) -> Fault,
 ) -> Vec<Call> {
     let mut calls = Vec::new();
+    let mut history: Vec<(Instant, Snapshot)> = vec![(from, world.snapshot())];
+    let view = |history: &[(Instant, Snapshot)], now: Instant| {
+        history
+            .iter()
+            .rev()
+            .find(|(at, _)| *at + lag <= now)
+            .map_or_else(|| history[0].1.clone(), |(_, s)| s.clone())
+    };
     let mut now = from;
     while now <= to {
-        fleet.handle_snapshot(&world.snapshot(), now);
+        actor(now, world);
+        history.push((now, world.snapshot()));
+        fleet.handle_snapshot(&view(&history, now), now);
         fleet.handle_timeout(now);
         while let Some((id, action)) = fleet.poll_action(now) {
             let ok = match fault(now, id, &action) {
@@ -116,7 +152,9 @@ fn run(
                 }
                 Fault::Hang => false,
             };
-            fleet.handle_snapshot(&world.snapshot(), now);
+            actor(now, world);
+            history.push((now, world.snapshot()));
+            fleet.handle_snapshot(&view(&history, now), now);
             calls.push(Call {
                 at: now,
                 id,
@@ -355,4 +393,165 @@ fn a_refused_update_does_not_delay_the_create_that_follows_a_deletion() {
     assert_eq!(calls.len(), 1, "{calls:#?}");
     assert_eq!(calls[0].at, t2);
     assert!(converged(&fleet, "networkops"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. One write budget per Tier, whatever the cause.
+
+fn events(fleet: &mut Fleet) -> Vec<TierEvent> {
+    std::iter::from_fn(|| fleet.poll_event()).collect()
+}
+
+fn contested_events(events: &[TierEvent], name: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, TierEvent::Contested { .. }) && e.tier() == name)
+        .count()
+}
+
+#[test]
+fn an_editor_faster_than_the_cache_lag_gets_a_bounded_contested_tierd() {
+    // An editor changes networkops every 100 ms; tierd's cache lags 200 ms: every update meets
+    // a Conflict. Before: 2,997 updates in 300 s, never contested.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = fleet(t0);
+    run(&mut fleet, &mut world, t0, t0, S, |_, _, _| Fault::None);
+    let _ = events(&mut fleet);
+    let t1 = t0 + S;
+    let mut next_edit = t1;
+    let mut n = 0;
+    let calls = run_with(
+        &mut fleet,
+        &mut world,
+        t1,
+        t1 + 300 * S,
+        100 * MS,
+        200 * MS,
+        |now, world| {
+            while now >= next_edit {
+                n += 1;
+                world.put("networkops", 151, &n.to_string());
+                next_edit += 100 * MS;
+            }
+        },
+        |_, _, _| Fault::None,
+    );
+    let id = id_of(&fleet, "networkops");
+    let writes = calls.iter().filter(|c| c.id == id).count();
+    // 3 at once, then hold-offs of 1, 2, 4 ... 60 s: about 13 in 300 s.
+    assert!(writes <= 16, "{writes} writes");
+    let status = &fleet.status().tiers[id];
+    assert!(status.contested, "{status:#?}");
+    assert!(
+        matches!(status.state, TierState::Contested { .. }),
+        "{status:#?}"
+    );
+    assert_eq!(contested_events(&events(&mut fleet), "networkops"), 1);
+}
+
+#[test]
+fn a_deletion_the_cache_never_shows_is_a_correction() {
+    // A deleter removes networkops in the same batch as tierd's create: the cache never shows
+    // it. Before: re-created about every 10 s forever, never contested.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = fleet(t0);
+    let id = id_of(&fleet, "networkops");
+    let calls = run_with(
+        &mut fleet,
+        &mut world,
+        t0,
+        t0 + 600 * S,
+        S,
+        Duration::ZERO,
+        |_, world| {
+            if world.get("networkops").is_some() {
+                world.delete("networkops");
+            }
+        },
+        |_, _, _| Fault::None,
+    );
+    let creates = calls.iter().filter(|c| c.id == id).count();
+    assert!(creates <= 16, "{creates} creates");
+    let status = &fleet.status().tiers[id];
+    assert!(status.contested, "{status:#?}");
+    assert!(status.corrections >= 3, "{status:#?}");
+    assert_eq!(contested_events(&events(&mut fleet), "networkops"), 1);
+}
+
+#[test]
+fn every_write_counts_a_persistent_503_is_bounded_and_says_so() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = fleet(t0);
+    let id = id_of(&fleet, "networkops");
+    let calls = run(&mut fleet, &mut world, t0, t0 + 600 * S, S, |_, i, _| {
+        if i == id {
+            Fault::Fail(WriteError::transient("503"))
+        } else {
+            Fault::None
+        }
+    });
+    let writes = calls.iter().filter(|c| c.id == id).count();
+    // 3 at once, then hold-offs doubling to 60 s: 3 + 7 + about 8 in 600 s.
+    assert!(writes <= 20, "{writes} writes");
+    let status = &fleet.status().tiers[id];
+    assert!(
+        matches!(status.state, TierState::Retrying { .. }),
+        "{status:#?}"
+    );
+    assert!(status.to_string().contains("write budget"), "{status}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. A contest can end.
+
+#[test]
+fn a_contest_ends_when_the_fighter_slows_to_every_hundred_seconds() {
+    let t0 = Instant::now();
+    let mut world = World::default();
+    let mut fleet = fleet(t0);
+    run(&mut fleet, &mut world, t0, t0, S, |_, _, _| Fault::None);
+    let id = id_of(&fleet, "networkops");
+    // A fast fighter for 60 s (every 500 ms), then an editor every 100 s.
+    let t1 = t0 + S;
+    let fast_until = t1 + 60 * S;
+    let mut next_edit = t1;
+    let mut wrong_since: Option<Instant> = None;
+    let mut wrong_total = Duration::ZERO;
+    let end = t1 + 1200 * S;
+    run_with(
+        &mut fleet,
+        &mut world,
+        t1,
+        end,
+        100 * MS,
+        Duration::ZERO,
+        |now, world| {
+            if now >= next_edit {
+                world.put("networkops", 151, "");
+                next_edit += if now < fast_until { 500 * MS } else { 100 * S };
+            }
+            let wrong = world.get("networkops").is_some_and(|t| t.priority != 150);
+            match (wrong, wrong_since) {
+                (true, None) if now >= fast_until + 200 * S => wrong_since = Some(now),
+                (false, Some(since)) => {
+                    wrong_total += now - since;
+                    wrong_since = None;
+                }
+                _ => {}
+            }
+        },
+        |_, _, _| Fault::None,
+    );
+    let evs = events(&mut fleet);
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, TierEvent::ContestEnded { .. })),
+        "{evs:#?}"
+    );
+    assert!(!fleet.status().tiers[id].contested);
+    // From 200 s after the fast fight, every edit is corrected at once.
+    assert!(wrong_total <= 2 * S, "wrong for {wrong_total:?}");
 }

@@ -537,7 +537,7 @@ async fn settle_down(
 /// Waits a contest's quiet period (and a second) after the adversary stopped: no Tier may still
 /// be reported contested then, without any further write.
 async fn contests_clear(running: &[Running], journal: &Journal, driver: &DriverConfig) {
-    tokio::time::sleep(driver.machine.contest.quiet + Duration::from_secs(1)).await;
+    tokio::time::sleep(driver.machine.contest.quiet() + Duration::from_secs(1)).await;
     for r in running {
         if let Task::Tierd { status, .. } = &r.task {
             let still: Vec<String> = status

@@ -170,6 +170,7 @@ pub fn tier_status(name: &str, state: TierState) -> TierStatus {
         outcomes: OutcomeCounts::default(),
         corrections: 0,
         contested: false,
+        held: None,
         converged_at: None,
         last_write: None,
     }
