@@ -138,6 +138,8 @@ pub struct Fleet {
     started_at: Instant,
     initialized_at: Option<Instant>,
     events: VecDeque<TierEvent>,
+    /// The echo wait shared by every machine (see [`TierMachine::echo_wait`]).
+    echo_wait: std::time::Duration,
     /// The outage hold, if one is on.
     outage: Option<Hold>,
     /// The create-forbidden hold, if one is on.
@@ -168,13 +170,14 @@ impl Fleet {
         Self {
             machines,
             admission: config.admission,
-            config: config.machine,
+            config: config.machine.clone(),
             rng: fastrand::Rng::with_seed(config.seed.rotate_left(17) ^ 0x686f_6c64),
             synced: false,
             generation: 0,
             started_at: now,
             initialized_at: None,
             events: VecDeque::new(),
+            echo_wait: config.machine.echo_timeout,
             outage: None,
             create_forbidden: None,
             held_since: vec![None; n],
@@ -433,11 +436,6 @@ impl Fleet {
         for machine in &mut self.machines {
             machine.handle_timeout(now);
         }
-        // One cache serves every Tier: a lag one Tier learned holds for all.
-        let echo_wait = self.machines.iter().map(TierMachine::echo_wait).max();
-        for machine in &mut self.machines {
-            machine.share_echo_wait(echo_wait.unwrap_or_default());
-        }
         self.latch(now);
     }
 
@@ -572,7 +570,30 @@ impl Fleet {
         }
     }
 
+    /// One cache serves every Tier: what one Tier learned about its lag (longer, or gone)
+    /// holds for all. A longer wait wins over a shorter one learned in the same step.
+    fn share_echo_wait(&mut self) {
+        let shared = self.echo_wait;
+        let learned = self
+            .machines
+            .iter()
+            .map(TierMachine::echo_wait)
+            .filter(|w| *w != shared);
+        let wait = learned
+            .clone()
+            .filter(|w| *w > shared)
+            .max()
+            .or_else(|| learned.min());
+        if let Some(wait) = wait {
+            self.echo_wait = wait;
+            for machine in &mut self.machines {
+                machine.share_echo_wait(wait);
+            }
+        }
+    }
+
     fn latch(&mut self, now: Instant) {
+        self.share_echo_wait();
         self.collect_events();
         if self.initialized_at.is_none()
             && self.synced

@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::Backoff;
 use crate::budget::{Budget, Spend};
 use crate::error::{ErrorClass, WriteError};
+use crate::fleet::saturating_add;
 use crate::observe::{Decision, Generation, Observed, decide};
 use crate::spec::TierSpec;
 
@@ -613,6 +614,8 @@ enum Phase {
     AwaitEcho {
         basis: Fingerprint,
         deadline: Instant,
+        /// When the write was confirmed: the echo's delay is measured from here.
+        confirmed: Instant,
     },
     Waiting {
         until: Instant,
@@ -822,7 +825,8 @@ impl TierMachine {
                 });
                 self.phase = Phase::AwaitEcho {
                     basis,
-                    deadline: now + self.echo_wait,
+                    deadline: saturating_add(now, self.echo_wait),
+                    confirmed: now,
                 };
             }
             Err(error) => self.failed(error, basis, generation, kind, now),
@@ -1163,7 +1167,9 @@ impl TierMachine {
     /// Moves timed phases whose time has come.
     fn advance_timers(&mut self, now: Instant) {
         let ready = match &self.phase {
-            Phase::AwaitEcho { deadline, basis } if now >= *deadline => {
+            Phase::AwaitEcho {
+                deadline, basis, ..
+            } if now >= *deadline => {
                 if *basis == self.fingerprint() {
                     self.echo_missed();
                 }
@@ -1198,6 +1204,12 @@ impl TierMachine {
         match &self.phase {
             Phase::InFlight { .. } => return,
             Phase::Unsynced if self.observed == Observed::Unknown => return,
+            Phase::AwaitEcho {
+                basis, confirmed, ..
+            } if *basis != self.fingerprint() => {
+                let delay = now.saturating_duration_since(*confirmed);
+                self.echo_seen(delay);
+            }
             _ => {}
         }
         if decide(&self.spec, &self.observed) == Decision::InSync {
@@ -1253,19 +1265,30 @@ impl TierMachine {
         self.echo_wait = self.echo_wait.saturating_mul(2).min(cap);
     }
 
-    /// How long this machine now waits for the cache (see `echo_wait`).
-    pub(crate) fn echo_wait(&self) -> Duration {
+    /// The cache showed a write `delay` after it was confirmed. An echo within half the
+    /// current wait means the lag that lengthened it is gone: the wait halves, down to
+    /// `echo_timeout` (so a learned wait decays as it grew, one step per write).
+    fn echo_seen(&mut self, delay: Duration) {
+        if delay.saturating_mul(2) <= self.echo_wait {
+            self.echo_wait = (self.echo_wait / 2).max(self.config.echo_timeout);
+        }
+    }
+
+    /// How long this machine now waits for the cache after a write: `echo_timeout`, doubled
+    /// by each echo that came too late (up to the backoff cap), halved by each that came in
+    /// less than half of it.
+    pub fn echo_wait(&self) -> Duration {
         self.echo_wait
     }
 
-    /// The cache is shared: another Tier learned it lags by `wait`; wait as long from now on.
-    /// A write still awaiting its echo gets the longer wait too.
+    /// The cache is shared: another Tier learned it lags by `wait` (or no longer does); wait
+    /// as long from now on. A write still awaiting its echo gets a longer wait too.
     pub(crate) fn share_echo_wait(&mut self, wait: Duration) {
         let longer = wait.saturating_sub(self.echo_wait);
         if let Phase::AwaitEcho { deadline, .. } = &mut self.phase {
-            *deadline += longer;
+            *deadline = saturating_add(*deadline, longer);
         }
-        self.echo_wait = self.echo_wait.max(wait);
+        self.echo_wait = wait;
     }
 
     fn converge(&mut self, now: Instant) {

@@ -1005,3 +1005,42 @@ fn an_echo_in_time_keeps_the_echo_wait() {
     m.handle_outcome(Ok(()), t1);
     assert_eq!(m.poll_timeout(), Some(t1 + 3 * S));
 }
+
+#[test]
+fn the_learned_echo_wait_comes_back_down_when_the_lag_goes() {
+    // One lag spike: the echo wait doubles to 6 s. Then the cache is fast again: echoes come
+    // within 100 ms, and the wait returns to the 3 s echo timeout.
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    assert_eq!(step(&mut m, t0), Some(Action::Create(spec())));
+    m.handle_outcome(Ok(()), t0);
+    let t1 = t0 + 3 * S;
+    assert_eq!(
+        step(&mut m, t1),
+        Some(Action::Create(spec())),
+        "the fallback"
+    );
+    m.handle_outcome(Err(WriteError::stale("AlreadyExists")), t1);
+    m.handle_observation(present(253, "desc", "2"), 2, t1 + S);
+    assert!(m.is_converged());
+    let mut rv = 2;
+    let mut now = t1 + 100 * S;
+    // Two quick echoes.
+    for _ in 0..2 {
+        rv += 1;
+        m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+        assert!(matches!(step(&mut m, now), Some(Action::Update { .. })));
+        m.handle_outcome(Ok(()), now);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, now + 100 * MS);
+        assert!(m.is_converged());
+        now += 100 * S;
+    }
+    // The next write's echo is awaited for the echo timeout again, not the 6 s of the spike.
+    rv += 1;
+    m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+    assert!(matches!(step(&mut m, now), Some(Action::Update { .. })));
+    m.handle_outcome(Ok(()), now);
+    assert_eq!(m.poll_timeout(), Some(now + 3 * S));
+}

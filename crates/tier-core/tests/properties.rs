@@ -144,7 +144,10 @@ proptest! {
             let Some(action) = machine.poll_action(now) else {
                 let next = machine.poll_timeout().expect("stuck: no action and no timeout");
                 let wait = next - now;
-                let bound = match machine.status().state {
+                let status = machine.status();
+                let bound = match status.state {
+                    // A spent write budget holds any write up to its cap, visibly.
+                    _ if status.held.is_some() => config.contest.hold_cap.max(config.backoff.cap),
                     TierState::Contested { .. } => config.contest.hold_cap,
                     TierState::Denied { .. } => config.backoff.cap,
                     TierState::Forbidden { .. } => config.forbidden_backoff.cap,
