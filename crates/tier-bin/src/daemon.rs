@@ -178,7 +178,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         desired,
         DriverConfig::default(),
         Mode::Continuous,
-    );
+    )?;
     let status = ensurer.status();
     let reporter = tier_kube::events::reporter(args.pod_name.clone());
     tokio::spawn(tier_kube::events::publish(events_client, reporter, events));

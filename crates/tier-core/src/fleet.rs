@@ -22,7 +22,7 @@
 //! use tier_core::{Action, DesiredSet, Fleet, FleetConfig, ObservedTier, Snapshot, TierState};
 //!
 //! let now = Instant::now();
-//! let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), now);
+//! let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), now)?;
 //! let squatter = ObservedTier {
 //!     name: "team-a".into(),
 //!     priority: 150,
@@ -41,6 +41,7 @@
 //!     networkops.to_string(),
 //!     "networkops blocked: priority 150 is held by Tier team-a"
 //! );
+//! # Ok::<(), tier_core::ConfigError>(())
 //! ```
 
 use std::collections::VecDeque;
@@ -49,7 +50,9 @@ use std::time::Instant;
 use crate::admission::{self, AdmissionPolicy, Request};
 use crate::backoff::Backoff;
 use crate::error::{ErrorClass, WriteError};
-use crate::machine::{Action, Blocker, MachineConfig, TierEvent, TierMachine, WriteKind};
+use crate::machine::{
+    Action, Blocker, ConfigError, MachineConfig, TierEvent, TierMachine, WriteKind,
+};
 use crate::observe::{Generation, Snapshot};
 use crate::spec::{DesiredSet, TierSpec};
 use crate::status::Status;
@@ -156,8 +159,17 @@ pub struct Fleet {
 impl Fleet {
     /// A fleet for `desired`, started at `now`. Nothing is decided before the first synced
     /// snapshot.
-    pub fn new(desired: &DesiredSet, config: FleetConfig, now: Instant) -> Self {
-        let machines: Vec<TierMachine> = desired
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field of `config.machine` out of its range.
+    pub fn new(
+        desired: &DesiredSet,
+        config: FleetConfig,
+        now: Instant,
+    ) -> Result<Self, ConfigError> {
+        config.machine.validate()?;
+        let machines = desired
             .tiers()
             .iter()
             .zip(0u64..)
@@ -165,9 +177,9 @@ impl Fleet {
                 let seed = config.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
                 TierMachine::new(spec.clone(), config.machine.clone(), seed)
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
         let n = machines.len();
-        Self {
+        Ok(Self {
             machines,
             admission: config.admission,
             config: config.machine.clone(),
@@ -183,7 +195,7 @@ impl Fleet {
             held_since: vec![None; n],
             failed_since_answer: vec![false; n],
             lone: vec![0; n],
-        }
+        })
     }
 
     /// The machines, in the order of the desired set.
@@ -222,10 +234,10 @@ impl Fleet {
         let create_refused = kind == WriteKind::Create
             && error.is_some_and(|e| e.class == ErrorClass::Forbidden && e.permission.is_some());
         machine.handle_outcome(outcome, now);
-        if let Some(hold) = [&mut self.outage, &mut self.create_forbidden]
+        for hold in [&mut self.outage, &mut self.create_forbidden]
             .into_iter()
             .flatten()
-            .find(|h| h.probe == tier)
+            .filter(|h| h.probe == tier)
         {
             hold.sent_at = None;
         }
@@ -374,9 +386,15 @@ impl Fleet {
         if self.lone.get(id).is_some_and(|n| *n >= LONE_FAILURES) {
             return false;
         }
+        let create_refused = machine.wants_create() && !machine.is_converged();
         match cause {
-            HoldCause::Outage => machine.is_retrying_transient(),
-            HoldCause::CreateForbidden => machine.wants_create() && !machine.is_converged(),
+            // A create refused for the whole fleet is the stronger fact: such a Tier is held
+            // by that hold alone.
+            HoldCause::Outage => {
+                machine.is_retrying_transient()
+                    && !(create_refused && self.create_forbidden.is_some())
+            }
+            HoldCause::CreateForbidden => create_refused,
         }
     }
 
@@ -397,7 +415,13 @@ impl Fleet {
             let any = (0..self.machines.len()).any(|id| id != probe && self.concerns(cause, id));
             if any {
                 self.rotate(cause);
-            } else if !hung {
+            } else if hung {
+                // Nobody to hand on to: the release is spent; the call ends by itself (the
+                // driver's call timeout bounds it).
+                if let Some(hold) = self.hold_mut(cause) {
+                    hold.sent_at = None;
+                }
+            } else {
                 match cause {
                     HoldCause::Outage => self.outage = None,
                     HoldCause::CreateForbidden => self.create_forbidden = None,
@@ -406,21 +430,21 @@ impl Fleet {
         }
     }
 
-    /// Whether Tier `id` may not call at `now` because of a fleet-wide hold.
-    fn held(&self, id: TierId, now: Instant) -> bool {
+    /// Which fleet-wide hold keeps Tier `id` from calling at `now`, if any.
+    fn held_by(&self, id: TierId, now: Instant) -> Option<HoldCause> {
         [HoldCause::Outage, HoldCause::CreateForbidden]
             .into_iter()
-            .any(|cause| {
-                let Some(hold) = self.hold(cause) else {
+            .find(|cause| {
+                let Some(hold) = self.hold(*cause) else {
                     return false;
                 };
-                if !self.concerns(cause, id) {
+                if !self.concerns(*cause, id) {
                     return false;
                 }
                 if hold.probe == id {
                     return now < hold.next_at || hold.sent_at.is_some();
                 }
-                let released = cause == HoldCause::Outage
+                let released = *cause == HoldCause::Outage
                     && self
                         .held_since
                         .get(id)
@@ -461,21 +485,28 @@ impl Fleet {
 
     fn poll_once(&mut self, now: Instant) -> Option<(TierId, Action)> {
         for id in 0..self.machines.len() {
-            if self.held(id, now) {
-                if self.machines.get(id).is_some_and(TierMachine::is_ready)
+            if let Some(cause) = self.held_by(id, now) {
+                // The outage's release timer runs for a Tier that is due and not its probe
+                // (a create refusal is released by its probe's answer or rotation only).
+                let probe = self.hold(cause).map(|h| h.probe);
+                if cause == HoldCause::Outage
+                    && probe != Some(id)
+                    && self.machines.get(id).is_some_and(TierMachine::is_ready)
                     && let Some(since) = self.held_since.get_mut(id)
                 {
                     since.get_or_insert(now);
+                } else if let Some(since) = self.held_since.get_mut(id) {
+                    *since = None;
                 }
                 continue;
+            }
+            if let Some(since) = self.held_since.get_mut(id) {
+                *since = None;
             }
             let Some(machine) = self.machines.get_mut(id) else {
                 continue;
             };
             if let Some(action) = machine.poll_action(now) {
-                if let Some(since) = self.held_since.get_mut(id) {
-                    *since = None;
-                }
                 for hold in [&mut self.outage, &mut self.create_forbidden]
                     .into_iter()
                     .flatten()

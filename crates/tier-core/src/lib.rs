@@ -32,8 +32,8 @@ pub use driver::{Driver, DriverConfig, EventReceiver, Mode, Stopped, entropy_see
 pub use error::{ErrorClass, WriteError};
 pub use fleet::{Fleet, FleetConfig, HoldCause, TierId, predict};
 pub use machine::{
-    Action, Blocker, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent, TierMachine,
-    TierState, TierStatus, WriteHold, WriteKind,
+    Action, Blocker, ConfigError, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent,
+    TierMachine, TierState, TierStatus, WriteHold, WriteKind,
 };
 pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
 pub use ports::{Clock, FixedLister, TierLister, TierWriter};

@@ -136,6 +136,11 @@ fn run_with(
     while now <= to {
         actor(now, world);
         history.push((now, world.snapshot()));
+        // Only what the lag still hides is kept (and the last one it shows).
+        let shown = history.iter().rposition(|(at, _)| *at + lag <= now);
+        if let Some(keep) = shown.filter(|k| *k > 0) {
+            history.drain(..keep);
+        }
         fleet.handle_snapshot(&view(&history, now), now);
         fleet.handle_timeout(now);
         while let Some((id, action)) = fleet.poll_action(now) {
@@ -175,7 +180,7 @@ fn run_with(
 const OTHERS_BOUND: Duration = Duration::from_secs(15);
 
 fn fleet(t0: Instant) -> Fleet {
-    Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0)
+    Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap()
 }
 
 fn id_of(fleet: &Fleet, name: &str) -> TierId {
@@ -554,4 +559,120 @@ fn a_contest_ends_when_the_fighter_slows_to_every_hundred_seconds() {
     assert!(!fleet.status().tiers[id].contested);
     // From 200 s after the fast fight, every edit is corrected at once.
     assert!(wrong_total <= 2 * S, "wrong for {wrong_total:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Configuration validated at construction.
+
+#[test]
+fn every_timing_field_is_validated_naming_the_field_and_the_range() {
+    use tier_core::{DriverConfig, MachineConfig};
+    type Set = fn(&mut DriverConfig, Duration);
+    let fields: [(&str, Set); 12] = [
+        ("machine.backoff.initial", |c, d| {
+            c.machine.backoff.initial = d
+        }),
+        ("machine.backoff.cap", |c, d| c.machine.backoff.cap = d),
+        ("machine.denied_backoff.initial", |c, d| {
+            c.machine.denied_backoff.initial = d
+        }),
+        ("machine.denied_backoff.cap", |c, d| {
+            c.machine.denied_backoff.cap = d
+        }),
+        ("machine.forbidden_backoff.initial", |c, d| {
+            c.machine.forbidden_backoff.initial = d
+        }),
+        ("machine.forbidden_backoff.cap", |c, d| {
+            c.machine.forbidden_backoff.cap = d
+        }),
+        ("machine.not_installed_retry", |c, d| {
+            c.machine.not_installed_retry = d
+        }),
+        ("machine.echo_timeout", |c, d| c.machine.echo_timeout = d),
+        ("machine.contest.refill", |c, d| {
+            c.machine.contest.refill = d
+        }),
+        ("machine.contest.hold_initial", |c, d| {
+            c.machine.contest.hold_initial = d
+        }),
+        ("machine.contest.hold_cap", |c, d| {
+            c.machine.contest.hold_cap = d
+        }),
+        ("call_timeout", |c, d| c.call_timeout = d),
+    ];
+    for (name, set) in fields {
+        for bad in [Duration::MAX, Duration::ZERO] {
+            let mut config = DriverConfig::default();
+            set(&mut config, bad);
+            // An initial above the default cap is reported as the cap's fault only when the
+            // initial itself is in range.
+            let error = config.validate().unwrap_err();
+            let expected_field = match (name, bad) {
+                ("machine.backoff.initial", Duration::MAX) => "machine.backoff.initial",
+                _ => name,
+            };
+            assert_eq!(error.field, expected_field, "{name} = {bad:?}: {error}");
+            assert!(error.to_string().contains("must be between"), "{error}");
+            if let Some(machine) = name
+                .strip_prefix("machine.")
+                .map(|_| config.machine.clone())
+            {
+                let fleet = Fleet::new(
+                    &DesiredSet::antrea(),
+                    FleetConfig {
+                        machine,
+                        ..FleetConfig::default()
+                    },
+                    Instant::now(),
+                );
+                assert_eq!(fleet.unwrap_err().field, expected_field);
+            }
+        }
+    }
+    for count in [0, tier_core::machine::MAX_COUNT + 1] {
+        let mut config = MachineConfig::default();
+        config.contest.burst = count;
+        assert_eq!(
+            config.validate().unwrap_err().field,
+            "machine.contest.burst"
+        );
+    }
+    assert_eq!(DriverConfig::default().validate(), Ok(()));
+}
+
+#[test]
+fn the_largest_valid_timings_never_overflow() {
+    // Every timing at the one-day maximum, every kind of failure, a long run: no panic, and
+    // every deadline is in the future.
+    let day = tier_core::machine::MAX_DURATION;
+    let mut config = FleetConfig::default();
+    let m = &mut config.machine;
+    for b in [
+        &mut m.backoff,
+        &mut m.denied_backoff,
+        &mut m.forbidden_backoff,
+    ] {
+        b.initial = day;
+        b.cap = day;
+    }
+    m.not_installed_retry = day;
+    m.echo_timeout = day;
+    m.contest.refill = day;
+    m.contest.hold_initial = day;
+    m.contest.hold_cap = day;
+    let t0 = Instant::now();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), config, t0).unwrap();
+    let mut world = World::default();
+    let mut n = 0u32;
+    let calls = run(&mut fleet, &mut world, t0, t0 + 30 * day, day, |_, _, _| {
+        n += 1;
+        match n % 5 {
+            0 => Fault::Fail(WriteError::transient("503").with_retry_after(Duration::MAX)),
+            1 => Fault::Fail(WriteError::stale("Conflict")),
+            2 => Fault::Fail(WriteError::denied("no")),
+            3 => Fault::Fail(refused("create")),
+            _ => Fault::None,
+        }
+    });
+    assert!(!calls.is_empty());
 }

@@ -69,7 +69,7 @@ fn take_actions(fleet: &mut Fleet, now: Instant) -> Vec<(TierId, Action)> {
 
 /// A fleet over `world` whose first calls all failed with a 503 at `t0`: an outage.
 fn in_an_outage(world: &World, t0: Instant) -> (Fleet, Vec<(TierId, Action)>) {
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&world.snapshot(), t0);
     let calls = take_actions(&mut fleet, t0);
     for (id, _) in &calls {
@@ -89,7 +89,7 @@ fn state<'a>(status: &'a tier_core::Status, name: &str) -> &'a TierState {
 #[test]
 fn nothing_is_decided_before_the_first_synced_snapshot() {
     let t0 = Instant::now();
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&Snapshot::default(), t0);
     assert_eq!(fleet.poll_action(t0), None);
     assert!(!fleet.status().synced);
@@ -101,7 +101,7 @@ fn a_squatter_gets_no_create_and_is_named_until_it_goes() {
     let t0 = Instant::now();
     let mut world = World::default();
     world.put("team-a", 150, "");
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&world.snapshot(), t0);
     let writes = drive(&mut fleet, &mut world, t0);
     assert_eq!(writes.len(), 5, "the five others are created");
@@ -145,7 +145,7 @@ fn a_system_tier_in_the_way_unblocks_once_it_is_corrected() {
     let t0 = Instant::now();
     let mut world = World::default();
     world.put("networkops", 200, "");
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&world.snapshot(), t0);
     let writes = drive(&mut fleet, &mut world, t0);
     let failed = fleet
@@ -172,7 +172,7 @@ fn initialized_latches_per_tier_not_all_at_once() {
         admission: None,
         ..FleetConfig::default()
     };
-    let mut fleet = Fleet::new(&desired, config, t0);
+    let mut fleet = Fleet::new(&desired, config, t0).unwrap();
     let mut world = World::default();
     world.put("a", 10, "");
     world.put("b", 99, "");
@@ -202,7 +202,7 @@ fn events_come_out_in_order_and_none_is_lost() {
     let t0 = Instant::now();
     let mut world = World::default();
     world.put("team-a", 150, "");
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&world.snapshot(), t0);
     drive(&mut fleet, &mut world, t0);
     world.delete("team-a");
@@ -236,7 +236,7 @@ fn predictions_can_be_turned_off() {
         admission: None,
         ..FleetConfig::default()
     };
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), config, t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), config, t0).unwrap();
     fleet.handle_snapshot(&world.snapshot(), t0);
     let writes = drive(&mut fleet, &mut world, t0);
     assert_eq!(writes.len(), 6, "every create is sent");
@@ -260,7 +260,7 @@ fn the_limit_of_distinct_priorities_blocks_without_naming_one_tier() {
     }
     let desired =
         DesiredSet::new(vec![TierSpec::new("mine", 100, "")], &Default::default()).unwrap();
-    let mut fleet = Fleet::new(&desired, FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&desired, FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&world.snapshot(), t0);
     assert!(drive(&mut fleet, &mut world, t0).is_empty());
     match state(&fleet.status(), "mine") {
@@ -280,7 +280,7 @@ fn the_limit_of_distinct_priorities_blocks_without_naming_one_tier() {
 #[test]
 fn tiers_get_different_seeds_and_an_outage_is_probed_by_one_tier() {
     let t0 = Instant::now();
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
     // Six creates in flight at once; the server fails them all (503).
     let ids: Vec<TierId> = take_actions(&mut fleet, t0)
@@ -386,7 +386,7 @@ fn a_missed_echo_lengthens_the_wait_of_every_tier_awaiting_one() {
     // the one cache instead of meeting their own writes.
     let t0 = Instant::now();
     let s = Duration::from_secs(1);
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
     let ids: Vec<TierId> = take_actions(&mut fleet, t0)
         .into_iter()
@@ -433,7 +433,7 @@ fn a_conflict_does_not_end_an_outage() {
     // A Conflict comes from storage, before admission: the webhook may still be unreachable,
     // so the Tiers waiting on the outage keep waiting for the probe.
     let t0 = Instant::now();
-    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0);
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
     fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
     let ids: Vec<TierId> = take_actions(&mut fleet, t0)
         .into_iter()

@@ -22,14 +22,14 @@ fn present(priority: i64, description: &str, rv: &str) -> Observed {
 }
 
 fn machine() -> TierMachine {
-    TierMachine::new(spec(), MachineConfig::default(), 1)
+    TierMachine::new(spec(), MachineConfig::default(), 1).unwrap()
 }
 
 /// A machine whose write budget never runs out: for tests of the retry rules alone.
 fn unbudgeted() -> TierMachine {
     let mut config = MachineConfig::default();
     config.contest.burst = 1000;
-    TierMachine::new(spec(), config, 1)
+    TierMachine::new(spec(), config, 1).unwrap()
 }
 
 const MS: Duration = Duration::from_millis(1);

@@ -105,7 +105,7 @@ proptest! {
         });
         // The fake cache applies no admission rules, so the driver predicts none.
         let config = DriverConfig { admission: None, seed: Some(7), ..DriverConfig::default() };
-        let driver = Driver::new(cache.clone(), writer, TestClock, desired, config);
+        let driver = Driver::new(cache.clone(), writer, TestClock, desired, config).unwrap();
         let rt = runtime();
         let stopped = rt.block_on(async {
             let run = tokio::spawn(driver.run(Mode::Once, std::future::pending()));
@@ -132,7 +132,7 @@ proptest! {
     ) {
         let config = MachineConfig::default();
         let desired = TierSpec::new("t", 3, "d");
-        let mut machine = TierMachine::new(desired.clone(), config.clone(), seed);
+        let mut machine = TierMachine::new(desired.clone(), config.clone(), seed).unwrap();
         let mut server = Model { tier: initial.map(|(p, d)| (p, if d == 0 { "d" } else { "" }.to_owned(), 1)), rv: 1 };
         let t0 = Instant::now();
         let mut now = t0;

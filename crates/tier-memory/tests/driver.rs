@@ -1,4 +1,5 @@
 //! The real core driver against the memory cluster, on virtual time.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ fn start(cluster: &MemoryCluster, mode: Mode) -> Ensurer {
         DriverConfig::default(),
         mode,
     )
+    .unwrap()
 }
 
 /// Whether the store holds every desired Tier exactly.
@@ -384,7 +386,7 @@ async fn three_initializers(seed: u64) -> (MemoryCluster, Vec<(String, Verb, Cal
                 seed: Some(seed ^ i),
                 ..DriverConfig::default()
             };
-            tier_runtime::spawn(cache, writer, antrea(), config, Mode::Once)
+            tier_runtime::spawn(cache, writer, antrea(), config, Mode::Once).unwrap()
         })
         .collect();
     for run in runs {
@@ -480,7 +482,8 @@ async fn a_lagging_webhook_costs_a_short_backoff_not_the_slow_timer() {
         antrea(),
         DriverConfig::default(),
         Mode::Once,
-    );
+    )
+    .unwrap();
     let begin = Instant::now();
     assert_eq!(run.join().await, Stopped::Converged);
     let elapsed = begin.elapsed();

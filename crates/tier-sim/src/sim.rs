@@ -160,6 +160,9 @@ pub enum SimError {
     /// The tokio runtime could not be built. Not retryable.
     #[error("cannot build the simulation runtime")]
     Runtime(#[source] std::io::Error),
+    /// The driver configuration is out of range.
+    #[error(transparent)]
+    Config(#[from] tier_core::ConfigError),
 }
 
 /// Runs the scenario of `seed` (see [`Scenario::generate`]).
@@ -176,8 +179,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SeedReport, SimError> {
 ///
 /// # Errors
 ///
-/// [`SimError::Runtime`] if no runtime can be built.
+/// [`SimError::Runtime`] if no runtime can be built, [`SimError::Config`] if the driver
+/// configuration is out of range.
 pub fn run_scenario(scenario: &Scenario, config: &SimConfig) -> Result<SeedReport, SimError> {
+    config.driver.validate()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -404,6 +409,9 @@ fn start(
                 driver,
                 Mode::Continuous,
             );
+            // `run_scenario` validated the configuration before anything started.
+            #[allow(clippy::expect_used)]
+            let ensurer = ensurer.expect("the driver configuration was validated");
             let status = ensurer.status();
             checks.attach(status.clone());
             tokio::spawn(watch_status(status.clone(), checks));

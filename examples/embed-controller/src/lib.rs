@@ -53,6 +53,9 @@ pub const RECONCILER_CHECK: &str = "example-reconciler";
 /// The controller failed to start or to serve.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// tierd's driver configuration is out of range.
+    #[error(transparent)]
+    Config(#[from] tier_core::ConfigError),
     /// No client could be built from the configuration.
     #[error(transparent)]
     Client(#[from] tier_kube::ClientError),
@@ -64,31 +67,38 @@ pub enum Error {
     Serve(#[source] std::io::Error),
 }
 
+/// What [`ensure_then`] started: tierd's ensurer, and the task that runs the reconciler.
+pub type Started<T> = (Ensurer, JoinHandle<Option<T>>);
+
 /// Starts tierd's ensurer on `lister` and `writer` (continuous mode), and `reconciler` once
 /// every desired Tier has converged once. The returned task ends with `None` if the ensurer
 /// stopped before that: the reconciler then never starts.
 ///
 /// Generic over tierd's ports, so an embedder tests it without a cluster (`tests/ports.rs`).
+///
+/// # Errors
+///
+/// [`Error::Config`] if `config` is out of range; nothing is started.
 pub fn ensure_then<L, W, F>(
     lister: L,
     writer: W,
     desired: DesiredSet,
     config: DriverConfig,
     reconciler: F,
-) -> (Ensurer, JoinHandle<Option<F::Output>>)
+) -> Result<Started<F::Output>, Error>
 where
     L: TierLister + 'static,
     W: TierWriter + 'static,
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let ensurer = tier_runtime::spawn(lister, writer, desired, config, Mode::Continuous);
+    let ensurer = tier_runtime::spawn(lister, writer, desired, config, Mode::Continuous)?;
     let mut status = ensurer.status();
     let reconciler = tokio::spawn(async move {
         status.initialized().await.ok()?;
         Some(reconciler.await)
     });
-    (ensurer, reconciler)
+    Ok((ensurer, reconciler))
 }
 
 /// The names of the Tiers `lister` observes, sorted; `None` before its first complete list.
@@ -152,7 +162,7 @@ pub async fn run(
         DesiredSet::antrea(),
         DriverConfig::default(),
         reconciler,
-    );
+    )?;
 
     // 4. tierd's routes in the controller's router, its own check in the registry.
     let stop = Shutdown::new();

@@ -30,7 +30,8 @@ async fn the_reconciler_waits_while_the_tiers_are_blocked() {
         DesiredSet::antrea(),
         DriverConfig::default(),
         async { "reconciled" },
-    );
+    )
+    .unwrap();
     // Ten virtual minutes of refusals.
     tokio::time::sleep(Duration::from_secs(600)).await;
     assert!(
@@ -57,7 +58,8 @@ async fn the_reconciler_starts_once_the_tiers_exist() {
         DesiredSet::antrea(),
         DriverConfig::default(),
         async move { observed.tiers().len() },
-    );
+    )
+    .unwrap();
     let tiers_when_started = tokio::time::timeout(Duration::from_secs(60), reconciler)
         .await
         .unwrap()

@@ -45,545 +45,24 @@
 //! token the Tier is *contested* and the correction is held off. The contest ends after a quiet
 //! period, on a timer.
 
+mod action;
+mod config;
+mod event;
+mod state;
+
 use std::collections::VecDeque;
-use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::backoff::Backoff;
+pub use action::{Action, Blocker, WriteKind};
+pub use config::{ConfigError, ContestPolicy, MAX_COUNT, MAX_DURATION, MachineConfig};
+pub use event::TierEvent;
+pub use state::{OutcomeCounts, TierState, TierStatus, WriteHold};
+
 use crate::budget::{Budget, Spend};
 use crate::error::{ErrorClass, WriteError};
 use crate::fleet::saturating_add;
 use crate::observe::{Decision, Generation, Observed, decide};
 use crate::spec::TierSpec;
-
-/// Timing of a [`TierMachine`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MachineConfig {
-    /// Backoff after transient errors (250 ms doubling to 10 s); its cap also bounds the stale
-    /// fallback wait.
-    pub backoff: Backoff,
-    /// Backoff after a denial that the observed set does not explain (400 ms doubling to 1 s,
-    /// so a webhook whose view lags ours by L is retried by L + 1 s).
-    pub denied_backoff: Backoff,
-    /// Denials in a row, unexplained by the observed set, retried on `denied_backoff`; the
-    /// last warns with a [`TierEvent::Denied`] and later ones wait on `backoff` (default 4,
-    /// about 3 s of retries).
-    pub denied_warn_after: u32,
-    /// Backoff after Forbidden or Unauthorized (1 s doubling to 60 s).
-    pub forbidden_backoff: Backoff,
-    /// How long a Tier whose resource type is not installed waits when the set does not change
-    /// (default 10 s).
-    pub not_installed_retry: Duration,
-    /// How long to wait for the cache to show a successful write before deciding again on what
-    /// it shows (default 3 s). Once a wait for the cache ends on its timer with the cache
-    /// unchanged, later waits double, up to the backoff cap, for every Tier of the fleet.
-    pub echo_timeout: Duration,
-    /// How corrections are limited.
-    pub contest: ContestPolicy,
-}
-
-impl Default for MachineConfig {
-    fn default() -> Self {
-        Self {
-            backoff: Backoff::default(),
-            denied_backoff: Backoff {
-                initial: Duration::from_millis(400),
-                cap: Duration::from_secs(1),
-            },
-            denied_warn_after: 4,
-            forbidden_backoff: Backoff {
-                initial: Duration::from_secs(1),
-                cap: Duration::from_secs(60),
-            },
-            not_installed_retry: Duration::from_secs(10),
-            echo_timeout: Duration::from_secs(3),
-            contest: ContestPolicy::default(),
-        }
-    }
-}
-
-/// The write budget of a Tier, and the contest rule: every write is limited by a token bucket.
-///
-/// Every write (a create, an update, a retry after any error) spends a token; the bucket holds
-/// `burst` tokens and gains one every `refill` (outside holds), so an actor slower than one
-/// change per `refill` is corrected at once, every time, and a fault-free run spends one token
-/// per drifted Tier. Without a token a write is held `hold_initial`, doubling with each hold in
-/// a row up to `hold_cap`: a Tier's sustained write rate is at most one per `hold_cap`. If the
-/// held write corrects someone else's change (a *correction*: it restores a Tier observed in
-/// sync, or re-creates one the server confirmed was there), the Tier is *contested*
-/// ([`TierEvent::Contested`]); otherwise its state keeps the error's cause and its status
-/// notes the budget ([`TierStatus::held`]). Once the bucket is full again the holds reset and
-/// a contest ends ([`TierEvent::ContestEnded`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContestPolicy {
-    /// Immediate corrections before holding off (default 3).
-    pub burst: u32,
-    /// The time to earn back one token (default 20 s).
-    pub refill: Duration,
-    /// The first hold-off (default 1 s).
-    pub hold_initial: Duration,
-    /// The longest hold-off (default 60 s).
-    pub hold_cap: Duration,
-}
-
-impl ContestPolicy {
-    /// The longest a spent budget (a contest) can last after the other writer stopped: the
-    /// last hold, then the time to refill the bucket (`hold_cap + burst × refill`, default
-    /// 120 s).
-    pub fn quiet(&self) -> Duration {
-        self.hold_cap
-            .saturating_add(self.refill.saturating_mul(self.burst))
-    }
-}
-
-impl Default for ContestPolicy {
-    fn default() -> Self {
-        Self {
-            burst: 3,
-            refill: Duration::from_secs(20),
-            hold_initial: Duration::from_secs(1),
-            hold_cap: Duration::from_secs(60),
-        }
-    }
-}
-
-/// What the observed set says about creating this Tier: the create would be denied, and these
-/// Tiers are why. Computed by the [`Fleet`](crate::Fleet) with [`crate::admission::review`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Blocker {
-    /// The Tiers whose removal (or change) would let the create through; empty when no single
-    /// Tier is to blame (e.g. the limit of distinct priorities).
-    pub tiers: Vec<String>,
-    /// What people read, e.g. `priority 150 is held by Tier team-a`.
-    pub reason: String,
-}
-
-/// The one call a machine asks its driver to make.
-#[must_use = "an action must be performed and its outcome handed back"]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Create the Tier.
-    Create(TierSpec),
-    /// Replace the Tier's fields, if its resourceVersion is still `resource_version`.
-    Update {
-        /// The desired Tier.
-        tier: TierSpec,
-        /// The precondition.
-        resource_version: String,
-    },
-}
-
-/// The kind of a write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WriteKind {
-    /// A create.
-    Create,
-    /// An update.
-    Update,
-}
-
-impl Action {
-    /// Whether the action creates or updates.
-    pub fn kind(&self) -> WriteKind {
-        match self {
-            Action::Create(_) => WriteKind::Create,
-            Action::Update { .. } => WriteKind::Update,
-        }
-    }
-
-    /// The desired Tier the action writes.
-    pub fn tier(&self) -> &TierSpec {
-        match self {
-            Action::Create(tier) | Action::Update { tier, .. } => tier,
-        }
-    }
-
-    /// `"create"` or `"update"`.
-    pub fn verb(&self) -> &'static str {
-        match self {
-            Action::Create(_) => "create",
-            Action::Update { .. } => "update",
-        }
-    }
-}
-
-/// Where a Tier stands, as published to readiness, metrics and logs. Each cause of not being
-/// converged has its own state; [`fmt::Display`] is the one human rendering.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TierState {
-    /// Not converged yet, and no call has failed since the last success.
-    Pending,
-    /// Observed exactly as desired.
-    Converged,
-    /// The last call failed with a stale or transient error; another attempt will follow.
-    Retrying {
-        /// Consecutive failed calls.
-        attempt: u32,
-        /// The class of the last error.
-        class: ErrorClass,
-        /// The last error's message.
-        error: String,
-    },
-    /// The observed set shows that a create would be denied: nothing is sent until it changes.
-    Blocked {
-        /// Since when.
-        since: Instant,
-        /// The Tiers in the way (see [`Blocker::tiers`]).
-        blockers: Vec<String>,
-        /// Why, e.g. `priority 150 is held by Tier team-a`.
-        reason: String,
-    },
-    /// The server denies a write the observed set allows (its admission webhook's view lags
-    /// ours, or it applies a rule we do not know); retried on a short backoff.
-    Denied {
-        /// When the first denial in a row arrived.
-        since: Instant,
-        /// Consecutive denials.
-        attempt: u32,
-        /// The server's message.
-        message: String,
-    },
-    /// tierd lacks a permission; retried on a slow backoff.
-    Forbidden {
-        /// When the first refusal in a row arrived.
-        since: Instant,
-        /// Consecutive refusals.
-        attempt: u32,
-        /// The missing permission, if the server said.
-        permission: Option<String>,
-        /// The server's message.
-        message: String,
-    },
-    /// The Tier resource type is not served (the CRD is missing).
-    NotInstalled {
-        /// When the first such answer in a row arrived.
-        since: Instant,
-        /// Consecutive attempts.
-        attempt: u32,
-        /// The server's message.
-        message: String,
-    },
-    /// Someone keeps changing the Tier back faster than the contest rule allows; the next
-    /// correction is held off.
-    Contested {
-        /// Corrections in the current streak.
-        streak: u32,
-        /// When the held-off correction will be made.
-        until: Instant,
-    },
-}
-
-impl TierState {
-    /// Every label [`as_str`](Self::as_str) can return.
-    pub const LABELS: [&'static str; 8] = [
-        "pending",
-        "converged",
-        "retrying",
-        "blocked",
-        "denied",
-        "forbidden",
-        "not-installed",
-        "contested",
-    ];
-
-    /// A short lowercase label, stable for metrics and logs.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            TierState::Pending => "pending",
-            TierState::Converged => "converged",
-            TierState::Retrying { .. } => "retrying",
-            TierState::Blocked { .. } => "blocked",
-            TierState::Denied { .. } => "denied",
-            TierState::Forbidden { .. } => "forbidden",
-            TierState::NotInstalled { .. } => "not-installed",
-            TierState::Contested { .. } => "contested",
-        }
-    }
-}
-
-fn attempts(n: u32) -> String {
-    if n == 1 {
-        "1 failed attempt".to_owned()
-    } else {
-        format!("{n} failed attempts")
-    }
-}
-
-impl fmt::Display for TierState {
-    /// The label, then the cause in words: `blocked: priority 150 is held by Tier team-a`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let label = self.as_str();
-        match self {
-            TierState::Pending | TierState::Converged => f.write_str(label),
-            TierState::Retrying {
-                attempt,
-                class,
-                error,
-            } => write!(f, "{label} after {} ({class}): {error}", attempts(*attempt)),
-            TierState::Blocked { reason, .. } => write!(f, "{label}: {reason}"),
-            TierState::Denied {
-                attempt, message, ..
-            } => write!(
-                f,
-                "{label} after {} although the cache shows no reason (the admission webhook's \
-                 view may lag): {message}",
-                attempts(*attempt)
-            ),
-            TierState::Forbidden {
-                attempt,
-                permission,
-                message,
-                ..
-            } => match permission {
-                Some(permission) => write!(
-                    f,
-                    "{label} after {}: tierd may not {permission}; grant it: {message}",
-                    attempts(*attempt)
-                ),
-                None => write!(f, "{label} after {}: {message}", attempts(*attempt)),
-            },
-            TierState::NotInstalled {
-                attempt, message, ..
-            } => write!(f, "{label} after {}: {message}", attempts(*attempt)),
-            TierState::Contested { streak, .. } => write!(
-                f,
-                "{label}: another writer keeps changing it back ({streak} corrections in a row); \
-                 the next correction is held off"
-            ),
-        }
-    }
-}
-
-/// Counts of call outcomes of one Tier, by class.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OutcomeCounts {
-    /// Calls that succeeded.
-    pub ok: u64,
-    /// Calls that failed as stale.
-    pub stale: u64,
-    /// Calls that failed as transient.
-    pub transient: u64,
-    /// Calls the server's admission denied.
-    pub denied: u64,
-    /// Calls refused for a missing permission.
-    pub forbidden: u64,
-    /// Calls answered "resource type not installed".
-    pub not_installed: u64,
-}
-
-impl OutcomeCounts {
-    /// All finished calls.
-    pub fn total(&self) -> u64 {
-        self.ok + self.failed()
-    }
-
-    /// All failed calls.
-    pub fn failed(&self) -> u64 {
-        ErrorClass::ALL.iter().map(|c| self.of(*c)).sum()
-    }
-
-    /// Failed calls of `class`.
-    pub fn of(&self, class: ErrorClass) -> u64 {
-        match class {
-            ErrorClass::Stale => self.stale,
-            ErrorClass::Transient => self.transient,
-            ErrorClass::Denied => self.denied,
-            ErrorClass::Forbidden => self.forbidden,
-            ErrorClass::NotInstalled => self.not_installed,
-        }
-    }
-
-    fn count(&mut self, class: ErrorClass) {
-        let slot = match class {
-            ErrorClass::Stale => &mut self.stale,
-            ErrorClass::Transient => &mut self.transient,
-            ErrorClass::Denied => &mut self.denied,
-            ErrorClass::Forbidden => &mut self.forbidden,
-            ErrorClass::NotInstalled => &mut self.not_installed,
-        };
-        *slot += 1;
-    }
-}
-
-/// A published snapshot of one Tier's machine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TierStatus {
-    /// The Tier's name.
-    pub name: String,
-    /// Where it stands.
-    pub state: TierState,
-    /// Outcomes of every call made so far.
-    pub outcomes: OutcomeCounts,
-    /// Corrections made so far (see [`ContestPolicy`]).
-    pub corrections: u64,
-    /// Whether someone keeps changing the Tier back (see [`ContestPolicy`]).
-    pub contested: bool,
-    /// Set while the Tier's write budget is spent (see [`ContestPolicy`]): its writes are held
-    /// off, whatever their cause. The state says the cause (contested, or the error).
-    pub held: Option<WriteHold>,
-    /// When the Tier first converged, if it has (latched).
-    pub converged_at: Option<Instant>,
-    /// The kind of the last successful write, if any.
-    pub last_write: Option<WriteKind>,
-}
-
-impl TierStatus {
-    /// Whether the Tier reached its write bound: its budget is spent (every further write is
-    /// held off, [`held`](Self::held)) or it is [`TierState::Contested`]. Such a Tier is in a
-    /// visible state: the state names the cause, and the rendering notes the budget.
-    pub fn is_write_limited(&self) -> bool {
-        self.held.is_some() || matches!(self.state, TierState::Contested { .. })
-    }
-}
-
-impl fmt::Display for TierStatus {
-    /// `networkops blocked: priority 150 is held by Tier team-a`: the one rendering shared by
-    /// logs, readiness reasons, `tierd ensure` and the demo. A spent write budget is noted:
-    /// `...; write budget spent, next write held 4s`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.name, self.state)?;
-        match (&self.held, &self.state) {
-            (Some(held), state) if !matches!(state, TierState::Contested { .. }) => {
-                write!(f, "; write budget spent, next write held {:?}", held.hold)
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// A Tier's spent write budget: writes are held off (see [`ContestPolicy`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WriteHold {
-    /// When the current (or last) hold ends.
-    pub until: Instant,
-    /// How long it is: the hold-off doubles with each hold in a row, up to `hold_cap`.
-    pub hold: Duration,
-}
-
-/// Something worth telling people about one Tier: one event per episode, never one per retry.
-/// Emitted by the machine ([`TierMachine::poll_event`]) in order, never coalesced; logs,
-/// Kubernetes Events and the demo all read this one stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TierEvent {
-    /// tierd created the Tier.
-    Created {
-        /// The Tier.
-        tier: String,
-    },
-    /// tierd updated the Tier's fields to the desired ones.
-    Corrected {
-        /// The Tier.
-        tier: String,
-    },
-    /// A create would be denied because of other Tiers; nothing is sent until they change.
-    Blocked {
-        /// The Tier.
-        tier: String,
-        /// The Tiers in the way.
-        blockers: Vec<String>,
-        /// Why.
-        reason: String,
-    },
-    /// The server keeps denying a write the observed set allows.
-    Denied {
-        /// The Tier.
-        tier: String,
-        /// The server's message.
-        message: String,
-    },
-    /// tierd lacks a permission to write the Tier.
-    Forbidden {
-        /// The Tier.
-        tier: String,
-        /// The missing permission, if known.
-        permission: Option<String>,
-        /// The server's message.
-        message: String,
-    },
-    /// The Tier resource type is not installed.
-    NotInstalled {
-        /// The Tier.
-        tier: String,
-        /// The server's message.
-        message: String,
-    },
-    /// Someone keeps changing the Tier back; corrections are held off.
-    Contested {
-        /// The Tier.
-        tier: String,
-        /// Corrections in the current streak.
-        streak: u32,
-    },
-    /// A contest ended: no correction was needed for the quiet period.
-    ContestEnded {
-        /// The Tier.
-        tier: String,
-    },
-}
-
-impl TierEvent {
-    /// The Tier the event is about.
-    pub fn tier(&self) -> &str {
-        match self {
-            TierEvent::Created { tier }
-            | TierEvent::Corrected { tier }
-            | TierEvent::Blocked { tier, .. }
-            | TierEvent::Denied { tier, .. }
-            | TierEvent::Forbidden { tier, .. }
-            | TierEvent::NotInstalled { tier, .. }
-            | TierEvent::Contested { tier, .. }
-            | TierEvent::ContestEnded { tier } => tier,
-        }
-    }
-
-    /// Whether people should look at it (a Kubernetes `Warning`), rather than just know it.
-    pub fn is_warning(&self) -> bool {
-        !matches!(
-            self,
-            TierEvent::Created { .. }
-                | TierEvent::Corrected { .. }
-                | TierEvent::ContestEnded { .. }
-        )
-    }
-}
-
-impl fmt::Display for TierEvent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TierEvent::Created { tier } => write!(f, "created Tier {tier}"),
-            TierEvent::Corrected { tier } => {
-                write!(f, "corrected the priority and description of Tier {tier}")
-            }
-            TierEvent::Blocked { tier, reason, .. } => {
-                write!(f, "Tier {tier} cannot be created: {reason}")
-            }
-            TierEvent::Denied { tier, message } => write!(
-                f,
-                "the API server keeps denying writes of Tier {tier} although tierd's cache shows \
-                 no reason: {message}"
-            ),
-            TierEvent::Forbidden {
-                tier,
-                permission: Some(permission),
-                ..
-            } => write!(f, "tierd may not {permission} (Tier {tier}); grant it"),
-            TierEvent::Forbidden { tier, message, .. } => {
-                write!(f, "tierd may not write Tier {tier}: {message}")
-            }
-            TierEvent::NotInstalled { tier, message } => {
-                write!(f, "cannot create Tier {tier}: {message}")
-            }
-            TierEvent::Contested { tier, streak } => write!(
-                f,
-                "another writer keeps changing Tier {tier} back ({streak} corrections in a row); \
-                 tierd now holds off its corrections"
-            ),
-            TierEvent::ContestEnded { tier } => {
-                write!(f, "Tier {tier} is no longer contested")
-            }
-        }
-    }
-}
 
 /// A fingerprint of one Tier's observation: its resourceVersion, or `None` when absent.
 type Fingerprint = Option<String>;
@@ -685,10 +164,16 @@ pub struct TierMachine {
 
 impl TierMachine {
     /// A machine for `spec`; `seed` makes its jitter deterministic.
-    pub fn new(spec: TierSpec, config: MachineConfig, seed: u64) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field of `config` out of its range (see
+    /// [`MachineConfig::validate`]).
+    pub fn new(spec: TierSpec, config: MachineConfig, seed: u64) -> Result<Self, ConfigError> {
+        config.validate()?;
         let budget = Budget::new(&config.contest);
         let echo_wait = config.echo_timeout;
-        Self {
+        Ok(Self {
             spec,
             config,
             rng: fastrand::Rng::with_seed(seed),
@@ -716,7 +201,7 @@ impl TierMachine {
             converged_at: None,
             last_write: None,
             events: VecDeque::new(),
-        }
+        })
     }
 
     /// The desired Tier.
@@ -805,7 +290,7 @@ impl TierMachine {
         };
         match outcome {
             Ok(()) => {
-                self.outcomes.ok += 1;
+                self.outcomes.ok = self.outcomes.ok.saturating_add(1);
                 if kind == WriteKind::Create {
                     // A second create accepted while the cache never showed the first: the
                     // server confirms that someone deleted the Tier in between.
@@ -928,14 +413,14 @@ impl TierMachine {
                 }
                 let wake = Wake::SetChange {
                     generation,
-                    not_before: now + config.backoff.initial,
+                    not_before: saturating_add(now, config.backoff.initial),
                 };
                 (config.not_installed_retry, wake)
             }
         };
         self.last_error = Some(error);
         self.phase = Phase::Waiting {
-            until: now + wait,
+            until: saturating_add(now, wait),
             wake,
         };
     }
@@ -1145,7 +630,7 @@ impl TierMachine {
     fn count_correction(&mut self) {
         self.contest.streak = self.contest.streak.saturating_add(1);
         self.contest.correcting = true;
-        self.corrections += 1;
+        self.corrections = self.corrections.saturating_add(1);
     }
 
     /// The budget is full again: its holds, the streak and a contest are over.
