@@ -141,6 +141,8 @@ pub struct Fleet {
     started_at: Instant,
     initialized_at: Option<Instant>,
     events: VecDeque<TierEvent>,
+    /// The latest snapshot: creates are predicted against it and each other.
+    snapshot: Snapshot,
     /// The echo wait shared by every machine (see [`TierMachine::echo_wait`]).
     echo_wait: std::time::Duration,
     /// The outage hold, if one is on.
@@ -189,6 +191,7 @@ impl Fleet {
             started_at: now,
             initialized_at: None,
             events: VecDeque::new(),
+            snapshot: Snapshot::default(),
             echo_wait: config.machine.echo_timeout,
             outage: None,
             create_forbidden: None,
@@ -206,6 +209,7 @@ impl Fleet {
     /// Input: the cache's current view. Each machine gets its Tier's observation, and each
     /// machine that needs a create gets the prediction of the admission rules.
     pub fn handle_snapshot(&mut self, snapshot: &Snapshot, now: Instant) {
+        self.snapshot = snapshot.clone();
         self.synced |= snapshot.is_synced();
         self.generation = self.generation.max(snapshot.generation);
         for machine in &mut self.machines {
@@ -430,6 +434,53 @@ impl Fleet {
         }
     }
 
+    /// Whether Tier `id` wants a create the cache allows but that, together with the creates
+    /// of other Tiers sent and not yet shown by the cache, the admission rules would deny
+    /// (for example two creates that jointly exceed the limit of distinct priorities).
+    fn jointly_denied(&self, id: TierId) -> bool {
+        let (Some(policy), Some(tiers)) = (&self.admission, &self.snapshot.tiers) else {
+            return false;
+        };
+        let Some(machine) = self.machines.get(id) else {
+            return false;
+        };
+        // A create the cache alone denies is the machine's own business (it is blocked).
+        if !machine.is_ready()
+            || !machine.wants_create()
+            || predict(policy, machine.spec(), &self.snapshot).is_some()
+        {
+            return false;
+        }
+        let unseen: Vec<&TierSpec> = self
+            .machines
+            .iter()
+            .enumerate()
+            .filter(|(other, m)| *other != id && m.has_unseen_create())
+            .map(|(_, m)| m.spec())
+            .filter(|spec| !tiers.contains_key(&spec.name))
+            .collect();
+        if unseen.is_empty() {
+            return false;
+        }
+        let mut joint = (**tiers).clone();
+        for spec in unseen {
+            joint.insert(
+                spec.name.clone(),
+                crate::observe::ObservedTier {
+                    name: spec.name.clone(),
+                    priority: spec.priority,
+                    description: spec.description.clone(),
+                    resource_version: String::new(),
+                },
+            );
+        }
+        let joint = Snapshot {
+            generation: self.snapshot.generation,
+            tiers: Some(std::sync::Arc::new(joint)),
+        };
+        predict(policy, machine.spec(), &joint).is_some()
+    }
+
     /// Which fleet-wide hold keeps Tier `id` from calling at `now`, if any.
     fn held_by(&self, id: TierId, now: Instant) -> Option<HoldCause> {
         [HoldCause::Outage, HoldCause::CreateForbidden]
@@ -502,6 +553,11 @@ impl Fleet {
             }
             if let Some(since) = self.held_since.get_mut(id) {
                 *since = None;
+            }
+            if self.jointly_denied(id) {
+                // Another create, sent but not yet in the cache, would make this one fail:
+                // it waits for that one's answer (and echo), then is predicted again.
+                continue;
             }
             let Some(machine) = self.machines.get_mut(id) else {
                 continue;
@@ -661,20 +717,24 @@ pub fn predict(policy: &AdmissionPolicy, spec: &TierSpec, snapshot: &Snapshot) -
             admission::review(policy, &request, without).is_ok()
         })
         .collect();
-    let names: Vec<String> = blockers.iter().map(|t| t.name.clone()).collect();
-    let reason = if !blockers.is_empty() && blockers.iter().all(|t| t.priority == spec.priority) {
+    // Only Tiers holding the very priority are to blame; when any of many would do (the
+    // limit of distinct priorities), none is named (see `Blocker::tiers`).
+    if !blockers.is_empty() && blockers.iter().all(|t| t.priority == spec.priority) {
+        let names: Vec<String> = blockers.iter().map(|t| t.name.clone()).collect();
         let holder = if names.len() == 1 { "Tier" } else { "Tiers" };
-        format!(
+        let reason = format!(
             "priority {} is held by {holder} {}",
             spec.priority,
             names.join(", ")
-        )
-    } else {
-        denial.to_string()
-    };
+        );
+        return Some(Blocker {
+            tiers: names,
+            reason,
+        });
+    }
     Some(Blocker {
-        tiers: names,
-        reason,
+        tiers: Vec::new(),
+        reason: denial.to_string(),
     })
 }
 

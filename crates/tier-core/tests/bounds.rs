@@ -676,3 +676,71 @@ fn the_largest_valid_timings_never_overflow() {
     });
     assert!(!calls.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// 6. Joint prediction.
+
+#[test]
+fn creates_sent_together_never_jointly_exceed_the_limit_of_priorities() {
+    use tier_core::TierSpec;
+    use tier_core::admission::{AdmissionPolicy, Request, review};
+    let t0 = Instant::now();
+    // 19 Tiers of users at distinct priorities; two desired Tiers at two more: either fits,
+    // both do not (Antrea allows 20 distinct priorities).
+    let mut world = World::default();
+    for p in 0..19 {
+        world.put(&format!("user-{p}"), p, "");
+    }
+    let desired = DesiredSet::new(
+        vec![TierSpec::new("a", 100, ""), TierSpec::new("b", 101, "")],
+        &Default::default(),
+    )
+    .unwrap();
+    let mut fleet = Fleet::new(&desired, FleetConfig::default(), t0).unwrap();
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    // Both decided in one step, against one snapshot.
+    let sent: Vec<(TierId, Action)> = std::iter::from_fn(|| fleet.poll_action(t0)).collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    // The server (Antrea's rules) accepts it; the cache shows it; the other is blocked.
+    let policy = AdmissionPolicy::antrea("");
+    for (id, action) in sent {
+        let tier = action.tier();
+        let request = Request::Create {
+            name: &tier.name,
+            priority: tier.priority,
+        };
+        let existing: Vec<(String, i64)> = world
+            .tiers
+            .iter()
+            .map(|t| (t.name.clone(), t.priority))
+            .collect();
+        let outcome = review(
+            &policy,
+            &request,
+            existing.iter().map(|(n, p)| (n.as_str(), *p)),
+        )
+        .map_err(|e| WriteError::denied(e.to_string()));
+        assert!(outcome.is_ok());
+        world.put(&tier.name, tier.priority, "");
+        fleet.handle_outcome(id, outcome, t0);
+        fleet.handle_snapshot(&world.snapshot(), t0);
+    }
+    assert_eq!(fleet.poll_action(t0), None);
+    let status = fleet.status();
+    let denied: u64 = status.tiers.iter().map(|t| t.outcomes.failed()).sum();
+    assert_eq!(denied, 0);
+    let blocked: Vec<&tier_core::TierStatus> = status.blocked().collect();
+    assert_eq!(blocked.len(), 1, "{status:#?}");
+    match &blocked[0].state {
+        TierState::Blocked {
+            blockers, reason, ..
+        } => {
+            assert_eq!(reason, "maximum number of Tiers supported: 20");
+            assert!(
+                blockers.is_empty(),
+                "no single Tier is to blame: {blockers:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -7,8 +7,9 @@ use crate::spec::TierSpec;
 /// Tiers are why. Computed by the [`Fleet`](crate::Fleet) with [`crate::admission::review`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Blocker {
-    /// The Tiers whose removal (or change) would let the create through; empty when no single
-    /// Tier is to blame (e.g. the limit of distinct priorities).
+    /// The Tiers holding the priority the create asks for: removing (or changing) them lets it
+    /// through. Empty when no single Tier is to blame: at the limit of distinct priorities,
+    /// where removing any one of many would do.
     pub tiers: Vec<String>,
     /// What people read, e.g. `priority 150 is held by Tier team-a`.
     pub reason: String,

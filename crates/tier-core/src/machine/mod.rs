@@ -237,6 +237,17 @@ impl TierMachine {
         }
     }
 
+    /// Whether this machine's create may exist on the server but not yet in the cache: it is
+    /// in flight, or confirmed and not yet shown. Other creates are predicted with it.
+    pub fn has_unseen_create(&self) -> bool {
+        let unseen = self.observed == Observed::Absent;
+        match self.phase {
+            Phase::InFlight { kind, .. } => kind == WriteKind::Create,
+            Phase::AwaitEcho { .. } => unseen && self.last_write == Some(WriteKind::Create),
+            _ => false,
+        }
+    }
+
     /// The verb the current observation calls for, if any.
     fn wanted_kind(&self) -> Option<WriteKind> {
         match decide(&self.spec, &self.observed) {
