@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// Something worth telling people about one Tier: one event per episode, never one per retry.
-/// Emitted by the machine ([`TierMachine::poll_event`]) in order, never coalesced; logs,
+/// Emitted by the machine ([`TierMachine::poll_event`](super::TierMachine::poll_event)) in order, never coalesced; logs,
 /// Kubernetes Events and the demo all read this one stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TierEvent {
@@ -56,7 +56,8 @@ pub enum TierEvent {
         /// Corrections in the current streak.
         streak: u32,
     },
-    /// A contest ended: no correction was needed for the quiet period.
+    /// A contest ended: the write budget is full again (no correction was needed for
+    /// `burst × refill` after the last hold).
     ContestEnded {
         /// The Tier.
         tier: String,

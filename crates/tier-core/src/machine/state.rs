@@ -28,7 +28,7 @@ pub enum TierState {
     Blocked {
         /// Since when.
         since: Instant,
-        /// The Tiers in the way (see [`Blocker::tiers`]).
+        /// The Tiers in the way (see [`Blocker::tiers`](super::Blocker::tiers)).
         blockers: Vec<String>,
         /// Why, e.g. `priority 150 is held by Tier team-a`.
         reason: String,
