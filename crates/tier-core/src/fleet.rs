@@ -28,6 +28,7 @@
 //!     priority: 150,
 //!     description: String::new(),
 //!     resource_version: "1".into(),
+//!     last_writer: None,
 //! };
 //! fleet.handle_snapshot(&Snapshot::synced(1, [squatter]), now);
 //! let mut creates = Vec::new();
@@ -471,6 +472,7 @@ impl Fleet {
                     priority: spec.priority,
                     description: spec.description.clone(),
                     resource_version: String::new(),
+                    last_writer: None,
                 },
             );
         }

@@ -35,7 +35,9 @@ pub use machine::{
     Action, Blocker, ConfigError, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent,
     TierMachine, TierState, TierStatus, WriteHold, WriteKind,
 };
-pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
+pub use observe::{
+    Decision, FieldWriter, Generation, Observed, ObservedTier, Snapshot, decide, in_sync,
+};
 pub use ports::{Clock, FixedLister, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};

@@ -29,6 +29,7 @@ impl World {
             priority,
             description: description.into(),
             resource_version: self.generation.to_string(),
+            last_writer: None,
         });
     }
 

@@ -24,6 +24,7 @@ impl World {
             priority,
             description: description.into(),
             resource_version: self.generation.to_string(),
+            last_writer: None,
         });
     }
 
@@ -425,6 +426,7 @@ fn a_missed_echo_lengthens_the_wait_of_every_tier_awaiting_one() {
             priority: t.priority,
             description: t.description.clone(),
             resource_version: rv.to_string(),
+            last_writer: None,
         })
         .collect::<Vec<_>>();
     fleet.handle_snapshot(&Snapshot::synced(2, tiers), t0 + 5 * s);

@@ -18,6 +18,7 @@ fn present(priority: i64, description: &str, rv: &str) -> Observed {
         priority,
         description: description.into(),
         resource_version: rv.into(),
+        last_writer: None,
     })
 }
 
@@ -505,7 +506,8 @@ fn a_delete_fight_is_counted_contested_and_rate_limited() {
         contested,
         [TierEvent::Contested {
             tier: "baseline".into(),
-            streak: 2
+            streak: 2,
+            by: None,
         }]
     );
 }
@@ -591,7 +593,8 @@ fn contested_clears_on_a_timer_after_the_quiet_period() {
     assert!(
         evs.contains(&TierEvent::Contested {
             tier: "baseline".into(),
-            streak: 3
+            streak: 3,
+            by: None,
         }),
         "{evs:?}"
     );
@@ -728,6 +731,7 @@ fn state_labels_are_listed_and_rendered() {
         TierState::Contested {
             streak: 4,
             until: t0,
+            by: None,
         },
     ];
     let labels: Vec<&str> = states.iter().map(TierState::as_str).collect();
@@ -852,7 +856,8 @@ fn small_getters_say_what_they_mean() {
     assert!(
         TierEvent::Contested {
             tier: tier(),
-            streak: 3
+            streak: 3,
+            by: None,
         }
         .is_warning()
     );
@@ -1043,4 +1048,54 @@ fn the_learned_echo_wait_comes_back_down_when_the_lag_goes() {
     assert!(matches!(step(&mut m, now), Some(Action::Update { .. })));
     m.handle_outcome(Ok(()), now);
     assert_eq!(m.poll_timeout(), Some(now + 3 * S));
+}
+
+#[test]
+fn a_contest_names_the_other_writer_where_the_object_tells_it() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    let by = tier_core::FieldWriter {
+        manager: "kubectl-edit".into(),
+        time: Some("2026-12-01T09:00:00Z".into()),
+    };
+    let edited = |rv: u64| {
+        Observed::Present(ObservedTier {
+            name: "baseline".into(),
+            priority: 1,
+            description: String::new(),
+            resource_version: rv.to_string(),
+            last_writer: Some(by.clone()),
+        })
+    };
+    let mut rv = 1;
+    let mut now = t0;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    while !m.status().contested {
+        rv += 1;
+        m.handle_observation(edited(rv), rv, now);
+        if let Some(action) = step(&mut m, now) {
+            assert!(matches!(action, Action::Update { .. }));
+            m.handle_outcome(Ok(()), now);
+            rv += 1;
+            m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
+        }
+        now += 10 * MS;
+        assert!(now < t0 + 10 * S);
+    }
+    let contested = events(&mut m)
+        .into_iter()
+        .find(|e| matches!(e, TierEvent::Contested { .. }))
+        .unwrap();
+    assert!(
+        matches!(&contested, TierEvent::Contested { by: Some(b), .. } if *b == by),
+        "{contested:?}"
+    );
+    assert!(
+        contested
+            .to_string()
+            .starts_with("another writer (kubectl-edit (at 2026-12-01T09:00:00Z)) keeps changing"),
+        "{contested}"
+    );
+    let status = m.status().to_string();
+    assert!(status.contains("kubectl-edit"), "{status}");
 }

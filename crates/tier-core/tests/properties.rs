@@ -61,6 +61,7 @@ proptest! {
             priority: observed_priority,
             description: observed_description.clone(),
             resource_version: "1".into(),
+            last_writer: None,
         });
         let matches = priority == observed_priority && description == observed_description;
         prop_assert_eq!(decide(&desired, &observed) == Decision::InSync, matches);
@@ -206,6 +207,7 @@ impl Model {
                 priority: *priority,
                 description: description.clone(),
                 resource_version: rv.to_string(),
+                last_writer: None,
             }),
         }
     }

@@ -85,6 +85,7 @@ fn tier_names_follow_the_cache() {
             priority: 200,
             description: String::new(),
             resource_version: "1".into(),
+            last_writer: None,
         },
     )]);
     let mut lister = MockTierLister::new();

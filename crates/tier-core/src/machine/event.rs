@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::observe::FieldWriter;
+
 /// Something worth telling people about one Tier: one event per episode, never one per retry.
 /// Emitted by the machine ([`TierMachine::poll_event`](super::TierMachine::poll_event)) in order, never coalesced; logs,
 /// Kubernetes Events and the demo all read this one stream.
@@ -55,6 +57,8 @@ pub enum TierEvent {
         tier: String,
         /// Corrections in the current streak.
         streak: u32,
+        /// The other writer, where the object names it (its `managedFields`).
+        by: Option<FieldWriter>,
     },
     /// A contest ended: the write budget is full again (no correction was needed for
     /// `burst × refill` after the last hold).
@@ -116,10 +120,11 @@ impl fmt::Display for TierEvent {
             TierEvent::NotInstalled { tier, message } => {
                 write!(f, "cannot create Tier {tier}: {message}")
             }
-            TierEvent::Contested { tier, streak } => write!(
+            TierEvent::Contested { tier, streak, by } => write!(
                 f,
-                "another writer keeps changing Tier {tier} back ({streak} corrections in a row); \
-                 tierd now holds off its corrections"
+                "{} keeps changing Tier {tier} back ({streak} corrections in a row); tierd now \
+                 holds off its corrections",
+                super::state::writer_words(by.as_ref())
             ),
             TierEvent::ContestEnded { tier } => {
                 write!(f, "Tier {tier} is no longer contested")

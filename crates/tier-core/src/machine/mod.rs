@@ -82,7 +82,7 @@ pub use state::{OutcomeCounts, TierState, TierStatus, WriteHold};
 use crate::budget::{Budget, Spend};
 use crate::error::{ErrorClass, WriteError};
 use crate::fleet::saturating_add;
-use crate::observe::{Decision, Generation, Observed, decide};
+use crate::observe::{Decision, FieldWriter, Generation, Observed, decide};
 use crate::spec::TierSpec;
 
 /// A fingerprint of one Tier's observation: its resourceVersion, or `None` when absent.
@@ -143,6 +143,8 @@ struct Contest {
     /// Whether a create was confirmed and the cache has not shown the Tier since: if the
     /// server accepts another create, someone deleted it, and that create was a correction.
     created_unseen: bool,
+    /// The other writer, as the last corrected object named it.
+    by: Option<FieldWriter>,
 }
 
 /// The state machine of one desired Tier. See the [module docs](self) for the protocol.
@@ -216,6 +218,7 @@ impl TierMachine {
                 contested: false,
                 correcting: false,
                 created_unseen: false,
+                by: None,
             },
             corrections: 0,
             outcomes: OutcomeCounts::default(),
@@ -568,6 +571,7 @@ impl TierMachine {
             .map(|until| TierState::Contested {
                 streak: self.contest.streak,
                 until,
+                by: self.contest.by.clone(),
             });
         let state = match (&self.phase, &self.last_error, self.error_since) {
             _ if contested.is_some() => contested.unwrap_or(TierState::Pending),
@@ -643,6 +647,7 @@ impl TierMachine {
                     self.events.push_back(TierEvent::Contested {
                         tier: self.spec.name.clone(),
                         streak: self.contest.streak,
+                        by: self.contest.by.clone(),
                     });
                 }
                 false
@@ -658,8 +663,13 @@ impl TierMachine {
         }
     }
 
-    /// One more correction in the streak.
+    /// One more correction in the streak; the object, if present, may name who changed it.
     fn count_correction(&mut self) {
+        if let Observed::Present(tier) = &self.observed
+            && let Some(writer) = &tier.last_writer
+        {
+            self.contest.by = Some(writer.clone());
+        }
         self.contest.streak = self.contest.streak.saturating_add(1);
         self.contest.correcting = true;
         self.corrections = self.corrections.saturating_add(1);

@@ -6,6 +6,15 @@ use std::time::{Duration, Instant};
 
 use super::WriteKind;
 use crate::error::ErrorClass;
+use crate::observe::FieldWriter;
+
+/// `another writer (kubectl-edit, at ...)`, or `another writer`.
+pub(crate) fn writer_words(by: Option<&FieldWriter>) -> String {
+    match by {
+        Some(writer) => format!("another writer ({writer})"),
+        None => "another writer".to_owned(),
+    }
+}
 
 /// Where a Tier stands, as published to readiness, metrics and logs. Each cause of not being
 /// converged has its own state; [`fmt::Display`] is the one human rendering.
@@ -70,6 +79,9 @@ pub enum TierState {
         streak: u32,
         /// When the held-off correction will be made.
         until: Instant,
+        /// The other writer, where the object names it (the `managedFields` manager that
+        /// last set the field tierd corrects).
+        by: Option<FieldWriter>,
     },
 }
 
@@ -145,10 +157,11 @@ impl fmt::Display for TierState {
             TierState::NotInstalled {
                 attempt, message, ..
             } => write!(f, "{label} after {}: {message}", attempts(*attempt)),
-            TierState::Contested { streak, .. } => write!(
+            TierState::Contested { streak, by, .. } => write!(
                 f,
-                "{label}: another writer keeps changing it back ({streak} corrections in a row); \
-                 the next correction is held off"
+                "{label}: {} keeps changing it back ({streak} corrections in a row); the next \
+                 correction is held off",
+                writer_words(by.as_ref())
             ),
         }
     }

@@ -145,6 +145,7 @@ pub fn observed(name: &str, priority: i64) -> ObservedTier {
         priority,
         description: String::new(),
         resource_version: "1".into(),
+        last_writer: None,
     }
 }
 
