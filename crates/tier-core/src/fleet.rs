@@ -86,7 +86,7 @@ impl Default for FleetConfig {
 /// How long a Tier whose own retry is due may be held by another Tier's outage probe: then
 /// it retries on its own. This bounds what an outage (or a failure mistaken for one) costs a
 /// Tier that could be written: its own wait, then at most `OUTAGE_RELEASE`.
-pub const OUTAGE_RELEASE: std::time::Duration = std::time::Duration::from_secs(5);
+pub const OUTAGE_RELEASE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long a probe's call may stay unanswered before the next Tier probes instead (a call
 /// that hangs until the call timeout holds nobody).

@@ -176,9 +176,10 @@ fn run_with(
     calls
 }
 
-/// How long another Tier's hold may delay a Tier whose own backoff (at most the 10 s cap) is
-/// over: the outage release, 5 s (`tier_core::fleet::OUTAGE_RELEASE`).
-const OTHERS_BOUND: Duration = Duration::from_secs(15);
+/// How long after the world allows it a Tier in a transient backoff is written: its own
+/// backoff (at most the 10 s cap), then at most the outage release, 10 s
+/// (`tier_core::fleet::OUTAGE_RELEASE`).
+const OTHERS_BOUND: Duration = Duration::from_secs(20);
 
 fn fleet(t0: Instant) -> Fleet {
     Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap()
