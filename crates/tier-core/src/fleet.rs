@@ -236,8 +236,14 @@ impl Fleet {
         };
         let error = outcome.as_ref().err();
         let class = error.map(|e| e.class);
+        // RBAC's message names the verb: `create resource "tiers" ...`.
         let create_refused = kind == WriteKind::Create
-            && error.is_some_and(|e| e.class == ErrorClass::Forbidden && e.permission.is_some());
+            && error.is_some_and(|e| {
+                e.class == ErrorClass::Forbidden
+                    && e.permission
+                        .as_deref()
+                        .is_some_and(|p| p.starts_with("create"))
+            });
         machine.handle_outcome(outcome, now);
         for hold in [&mut self.outage, &mut self.create_forbidden]
             .into_iter()

@@ -469,3 +469,38 @@ fn a_conflict_does_not_end_an_outage() {
     // The four others that waited on the outage.
     assert_eq!(others, failing.len() - 1);
 }
+
+#[test]
+fn the_shared_echo_wait_comes_back_down_for_every_tier() {
+    // One Tier misses its echo: every Tier waits 6 s. Later one Tier's echo comes at once:
+    // every Tier is back to the 3 s echo timeout.
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut world = World::default();
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), t0).unwrap();
+    fleet.handle_snapshot(&Snapshot::synced(1, []), t0);
+    let ids: Vec<TierId> = take_actions(&mut fleet, t0)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for id in &ids {
+        fleet.handle_outcome(*id, Ok(()), t0);
+    }
+    fleet.handle_timeout(t0 + 3 * s);
+    assert!(fleet.machines().iter().all(|m| m.echo_wait() == 6 * s));
+    for (id, action) in take_actions(&mut fleet, t0 + 3 * s) {
+        world.perform(&action).unwrap();
+        fleet.handle_outcome(id, Ok(()), t0 + 3 * s);
+    }
+    fleet.handle_snapshot(&world.snapshot(), t0 + 3 * s + Duration::from_millis(100));
+    assert!(fleet.is_converged());
+    assert!(
+        fleet.machines().iter().all(|m| m.echo_wait() == 3 * s),
+        "{:?}",
+        fleet
+            .machines()
+            .iter()
+            .map(|m| m.echo_wait())
+            .collect::<Vec<_>>()
+    );
+}
