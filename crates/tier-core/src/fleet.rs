@@ -124,13 +124,17 @@ struct Hold {
 ///
 /// # Liveness
 ///
-/// No Tier waits on another beyond a bound: a Tier whose own wait (backoff, hold-off) is over
-/// is held by a fleet-wide [`HoldCause::Outage`] for at most [`OUTAGE_RELEASE`]; a probe whose
+/// A Tier that the world allows to be written is written within a bound of the world allowing
+/// it, independent of every other Tier: its own wait (the cap of the backoff its last error put
+/// it on, or its write budget's `hold_cap`; 60 s with the defaults), plus at most
+/// [`OUTAGE_RELEASE`] (10 s) of a fleet-wide [`HoldCause::Outage`] it is held by. A probe whose
 /// call hangs is replaced after [`PROBE_RELEASE`]; a Tier whose failures follow answers to
 /// others [`LONE_FAILURES`] times is no longer taken for an outage. Under a
 /// [`HoldCause::CreateForbidden`] hold, creates are probed by one Tier at a time on the
 /// forbidden backoff, so once the permission is granted every create goes within one probe
-/// step (at most `forbidden_backoff.cap`, plus [`PROBE_RELEASE`]).
+/// step (at most `forbidden_backoff.cap`, plus [`PROBE_RELEASE`]). A create that would be
+/// denied only together with another create still unseen by the cache waits for that one's
+/// answer and echo (the call timeout plus the echo wait), then is predicted again.
 #[derive(Debug)]
 pub struct Fleet {
     machines: Vec<TierMachine>,
