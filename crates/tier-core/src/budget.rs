@@ -6,8 +6,9 @@
 //! [`ContestPolicy::hold_initial`], doubling with each hold in a row up to
 //! [`ContestPolicy::hold_cap`], then goes without a token. Tokens are not earned during a hold
 //! (a long hold must not buy a new burst). Once the bucket is full again the holds reset: the
-//! budget (and a contest) is over. So a Tier's sustained write rate is at most one write per
-//! `hold_cap`, after at most `burst` plus the doubling holds.
+//! budget (and a contest) is over. Each write either spends a token (at most `burst` plus one
+//! per `refill`) or follows a served hold (at most one per hold, the holds doubling to
+//! `hold_cap`), so a window of length T holds at most [`ContestPolicy::max_writes`] writes.
 
 use std::time::{Duration, Instant};
 

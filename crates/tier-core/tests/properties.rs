@@ -139,6 +139,7 @@ proptest! {
         let mut now = t0;
         let mut faults = faults.into_iter();
         let mut faults_over: Option<Instant> = None;
+        let mut writes = 0u64;
         machine.handle_observation(server.observe(), server.rv, now);
         for _ in 0..400 {
             if machine.is_converged() { break; }
@@ -161,6 +162,9 @@ proptest! {
                 continue;
             };
             prop_assert!(machine.poll_action(now).is_none(), "two calls in flight");
+            writes += 1;
+            prop_assert!(writes <= config.contest.max_writes(now - t0),
+                "{} writes in {:?}: over the write budget", writes, now - t0);
             let outcome = match faults.next() {
                 Some((kind, applied, retry_after)) => {
                     if applied { let _ = server.perform(&action); }

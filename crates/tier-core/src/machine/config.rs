@@ -59,7 +59,8 @@ impl Default for MachineConfig {
 /// `burst` tokens and gains one every `refill` (outside holds), so an actor slower than one
 /// change per `refill` is corrected at once, every time, and a fault-free run spends one token
 /// per drifted Tier. Without a token a write is held `hold_initial`, doubling with each hold in
-/// a row up to `hold_cap`: a Tier's sustained write rate is at most one per `hold_cap`. If the
+/// a row up to `hold_cap`: a window holds at most [`max_writes`](Self::max_writes) writes of a
+/// Tier (with the defaults 10 plus one per 15 s). If the
 /// held write corrects someone else's change (a *correction*: it restores a Tier observed in
 /// sync, or re-creates one the server confirmed was there), the Tier is *contested*
 /// ([`TierEvent::Contested`](super::TierEvent::Contested)); otherwise its state keeps the error's cause and its status
@@ -78,6 +79,25 @@ pub struct ContestPolicy {
 }
 
 impl ContestPolicy {
+    /// The most writes one Tier makes in any window of length `window`, whatever happens:
+    /// `burst`, plus one per `refill` (the tokens), plus the holds (one write each) until the
+    /// hold-off reaches `hold_cap` and one per `hold_cap` after that.
+    pub fn max_writes(&self, window: Duration) -> u64 {
+        let per = |d: Duration| {
+            u64::try_from(window.as_nanos() / d.as_nanos().max(1)).unwrap_or(u64::MAX)
+        };
+        let mut doublings = 0u64;
+        let mut hold = self.hold_initial;
+        while hold < self.hold_cap && doublings < 64 {
+            hold = hold.saturating_mul(2);
+            doublings += 1;
+        }
+        u64::from(self.burst)
+            .saturating_add(per(self.refill))
+            .saturating_add(doublings.saturating_add(1))
+            .saturating_add(per(self.hold_cap))
+    }
+
     /// The longest a spent budget (a contest) can last after the other writer stopped: the
     /// last hold, then the time to refill the bucket (`hold_cap + burst × refill`, default
     /// 120 s).
