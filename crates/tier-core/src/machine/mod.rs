@@ -148,6 +148,13 @@ struct Contest {
 }
 
 /// The state machine of one desired Tier. See the [module docs](self) for the protocol.
+///
+/// Inputs: [`handle_observation`](Self::handle_observation),
+/// [`handle_blocker`](Self::handle_blocker), [`handle_outcome`](Self::handle_outcome),
+/// [`handle_server_answered`](Self::handle_server_answered),
+/// [`handle_timeout`](Self::handle_timeout). Outputs: [`poll_action`](Self::poll_action),
+/// [`poll_timeout`](Self::poll_timeout), [`poll_event`](Self::poll_event). Everything else
+/// only reads.
 #[derive(Debug)]
 pub struct TierMachine {
     spec: TierSpec,
