@@ -153,8 +153,9 @@ struct Contest {
 /// [`handle_blocker`](Self::handle_blocker), [`handle_outcome`](Self::handle_outcome),
 /// [`handle_server_answered`](Self::handle_server_answered),
 /// [`handle_timeout`](Self::handle_timeout). Outputs: [`poll_action`](Self::poll_action),
-/// [`poll_timeout`](Self::poll_timeout), [`poll_event`](Self::poll_event). Everything else
-/// only reads.
+/// [`poll_timeout`](Self::poll_timeout), [`poll_event`](Self::poll_event). Every other public
+/// method only reads; the fleet also hands in the echo wait the other Tiers learned (crate-
+/// private, see [`echo_wait`](Self::echo_wait)).
 #[derive(Debug)]
 pub struct TierMachine {
     spec: TierSpec,
