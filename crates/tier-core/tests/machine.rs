@@ -1099,3 +1099,82 @@ fn a_contest_names_the_other_writer_where_the_object_tells_it() {
     let status = m.status().to_string();
     assert!(status.contains("kubectl-edit"), "{status}");
 }
+
+#[test]
+fn a_hold_that_ends_converged_buys_no_free_write_later() {
+    // The budget is spent and a write is held; before the hold ends, the other writer puts
+    // the Tier back. The served hold is settled: the next drift still needs the budget.
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut now = t0;
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    let mut drift = |m: &mut TierMachine, rv: &mut u64, now: Instant| {
+        *rv += 1;
+        m.handle_observation(present(1, "", &rv.to_string()), *rv, now);
+    };
+    for _ in 0..3 {
+        drift(&mut m, &mut rv, now);
+        assert!(step(&mut m, now).is_some());
+        m.handle_outcome(Ok(()), now);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
+        now += 10 * MS;
+    }
+    drift(&mut m, &mut rv, now);
+    assert_eq!(step(&mut m, now), None, "held");
+    let until = m.poll_timeout().unwrap();
+    // The hold ends; before the write goes, someone else puts the Tier back.
+    m.handle_timeout(until);
+    rv += 1;
+    m.handle_observation(present(253, "desc", &rv.to_string()), rv, until);
+    assert_eq!(m.poll_action(until), None);
+    assert!(m.is_converged());
+    // The next drift, a moment later, waits for the budget again.
+    let later = until + 10 * MS;
+    drift(&mut m, &mut rv, later);
+    assert_eq!(
+        step(&mut m, later),
+        None,
+        "no free write from a settled hold"
+    );
+}
+
+#[test]
+fn the_streak_restarts_once_the_budget_is_full_again() {
+    // Two corrections, then a quiet minute (the bucket refills): a later fight's Contested
+    // event counts only its own corrections.
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut now = t0;
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    let mut fight = |m: &mut TierMachine, now: &mut Instant, n: usize| {
+        for _ in 0..n {
+            rv += 1;
+            m.handle_observation(present(1, "", &rv.to_string()), rv, *now);
+            if step(m, *now).is_some() {
+                m.handle_outcome(Ok(()), *now);
+                rv += 1;
+                m.handle_observation(present(253, "desc", &rv.to_string()), rv, *now);
+            }
+            *now += 10 * MS;
+        }
+    };
+    fight(&mut m, &mut now, 2);
+    now += 100 * S;
+    m.handle_timeout(now);
+    fight(&mut m, &mut now, 4);
+    let contested: Vec<TierEvent> = events(&mut m)
+        .into_iter()
+        .filter(|e| matches!(e, TierEvent::Contested { .. }))
+        .collect();
+    assert_eq!(
+        contested,
+        [TierEvent::Contested {
+            tier: "baseline".into(),
+            streak: 3,
+            by: None,
+        }]
+    );
+}
