@@ -1109,7 +1109,7 @@ fn a_hold_that_ends_converged_buys_no_free_write_later() {
     let mut now = t0;
     let mut rv = 1;
     m.handle_observation(present(253, "desc", "1"), rv, now);
-    let mut drift = |m: &mut TierMachine, rv: &mut u64, now: Instant| {
+    let drift = |m: &mut TierMachine, rv: &mut u64, now: Instant| {
         *rv += 1;
         m.handle_observation(present(1, "", &rv.to_string()), *rv, now);
     };
