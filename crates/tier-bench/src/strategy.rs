@@ -21,9 +21,12 @@ where
             seed: Some(seed),
             ..DriverConfig::default()
         };
-        tier_runtime::spawn(lister, writer, desired, config, Mode::Once)
-            .join()
-            .await;
+        match tier_runtime::spawn(lister, writer, desired, config, Mode::Once) {
+            Ok(ensurer) => {
+                ensurer.join().await;
+            }
+            Err(error) => eprintln!("tierd did not start: {error}"),
+        }
     } else {
         tier_sim::baseline::antrea_new(&lister, &writer, &TokioClock, &desired).await;
     }

@@ -19,6 +19,9 @@ use crate::{plan, signals, tiers_file};
 /// A command failed; each variant maps to an exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
+    /// The driver's configuration is out of range (exit 2).
+    #[error(transparent)]
+    Config(#[from] tier_core::ConfigError),
     /// The `--tiers` file is unreadable or invalid (exit 2).
     #[error(transparent)]
     Tiers(#[from] tiers_file::TiersFileError),
@@ -76,7 +79,10 @@ impl CommandError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CommandError::Tiers(_) | CommandError::Tls(_) | CommandError::Client(_) => exit::USAGE,
+            CommandError::Tiers(_)
+            | CommandError::Tls(_)
+            | CommandError::Client(_)
+            | CommandError::Config(_) => exit::USAGE,
             _ => exit::ERROR,
         }
     }
@@ -194,7 +200,8 @@ pub(crate) async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
     let lister = tierd::watch_tiers(&client)?;
     let watch = lister.clone();
     let writer = lister.writer(writer_client, writer_config(&args.cluster));
-    let ensurer = tier_runtime::spawn(lister, writer, desired, DriverConfig::default(), Mode::Once);
+    let ensurer =
+        tier_runtime::spawn(lister, writer, desired, DriverConfig::default(), Mode::Once)?;
     let status = ensurer.status();
     let cancel = ensurer.cancellation();
     let deadline = async {

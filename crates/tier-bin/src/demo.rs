@@ -164,13 +164,26 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
         seed: Some(seed),
         ..DriverConfig::default()
     };
-    let (ensurer, events) = tier_runtime::spawn_with_events(
+    let spawned = tier_runtime::spawn_with_events(
         cluster.lister(),
         writer,
         desired.clone(),
         config,
         Mode::Once,
     );
+    let (ensurer, events) = match spawned {
+        Ok(spawned) => spawned,
+        Err(error) => {
+            narrator.raw(&format!("\nNOT started: {error}\n"));
+            return DemoOutcome {
+                converged: false,
+                elapsed: Duration::ZERO,
+                writes: 0,
+                failed_writes: 0,
+                final_tiers: start,
+            };
+        }
+    };
     let started = Instant::now();
     let status = ensurer.status();
 

@@ -297,6 +297,7 @@ mod tests {
             priority,
             description: description.into(),
             resource_version: "1".into(),
+            last_writer: None,
         }
     }
 

@@ -46,7 +46,8 @@ async fn exported() -> Exported {
         DesiredSet::antrea(),
         DriverConfig::default(),
         Mode::Continuous,
-    );
+    )
+    .unwrap();
     let mut status = ensurer.status();
     tokio::time::timeout(
         Duration::from_secs(30),

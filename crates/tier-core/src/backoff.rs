@@ -38,7 +38,14 @@ impl Backoff {
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>, unit: f64) -> Duration {
         let nominal = self.nominal(attempt);
         let half = nominal / 2;
-        let jittered = half + half.mul_f64(unit.clamp(0.0, 1.0));
+        // In f64 and back, without a panic whatever the durations: at worst no jitter.
+        let unit = if unit.is_finite() {
+            unit.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let extra = Duration::try_from_secs_f64(half.as_secs_f64() * unit).unwrap_or_default();
+        let jittered = half.saturating_add(extra.min(half)).min(nominal);
         jittered.max(retry_after.unwrap_or_default()).min(self.cap)
     }
 }
@@ -65,5 +72,17 @@ mod tests {
             Duration::from_secs(3)
         );
         assert_eq!(b.delay(1, Some(Duration::from_secs(60)), 0.5), b.cap);
+    }
+
+    #[test]
+    fn huge_durations_and_odd_units_do_not_panic() {
+        let b = Backoff {
+            initial: Duration::MAX,
+            cap: Duration::MAX,
+        };
+        for unit in [0.0, 0.5, 0.999_999_999, 1.0, f64::NAN, f64::INFINITY, -1.0] {
+            let d = b.delay(u32::MAX, Some(Duration::MAX), unit);
+            assert!(d >= Duration::MAX / 2);
+        }
     }
 }

@@ -15,7 +15,8 @@
 //! # ) {
 //! use tier_core::{DesiredSet, Driver, DriverConfig, Mode, Stopped};
 //!
-//! let driver = Driver::new(lister, writer, clock, DesiredSet::antrea(), DriverConfig::default());
+//! let driver = Driver::new(lister, writer, clock, DesiredSet::antrea(), DriverConfig::default())
+//!     .expect("the default configuration is valid");
 //! let mut status = driver.status();
 //! let run = driver.run(Mode::Continuous, std::future::pending());
 //! # let _ = run;
@@ -38,7 +39,7 @@ use tokio::sync::mpsc;
 use crate::admission::AdmissionPolicy;
 use crate::error::WriteError;
 use crate::fleet::{Fleet, FleetConfig, TierId};
-use crate::machine::{Action, MachineConfig, TierEvent, TierState, TierStatus};
+use crate::machine::{Action, ConfigError, MachineConfig, TierEvent, TierState, TierStatus};
 use crate::ports::{Clock, TierLister, TierWriter};
 use crate::spec::DesiredSet;
 use crate::status::{Status, StatusHandle};
@@ -76,6 +77,24 @@ pub struct DriverConfig {
     /// The admission rules used to predict denials from the observed set (see
     /// [`FleetConfig::admission`]); Antrea's by default.
     pub admission: Option<AdmissionPolicy>,
+}
+
+impl DriverConfig {
+    /// Checks every field: the machine's (see [`MachineConfig::validate`]) and `call_timeout`
+    /// between 1 ms and [`MAX_DURATION`](crate::machine::MAX_DURATION).
+    ///
+    /// # Errors
+    ///
+    /// The first field out of range, with the range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.machine.validate()?;
+        ConfigError::check_duration(
+            "call_timeout",
+            self.call_timeout,
+            Duration::from_millis(1),
+            crate::machine::MAX_DURATION,
+        )
+    }
 }
 
 impl Default for DriverConfig {
@@ -117,15 +136,27 @@ pub struct Driver<L, W, C> {
 impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
     /// A driver for `desired`. Nothing happens until [`run`](Self::run). The jitter seed is
     /// `config.seed`, or drawn from OS entropy when `None`.
-    pub fn new(lister: L, writer: W, clock: C, desired: DesiredSet, config: DriverConfig) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field of `config` out of its range (see
+    /// [`DriverConfig::validate`]); nothing is started.
+    pub fn new(
+        lister: L,
+        writer: W,
+        clock: C,
+        desired: DesiredSet,
+        config: DriverConfig,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
         let fleet_config = FleetConfig {
             machine: config.machine,
             admission: config.admission,
             seed: config.seed.unwrap_or_else(entropy_seed),
         };
-        let fleet = Fleet::new(&desired, fleet_config, clock.now());
+        let fleet = Fleet::new(&desired, fleet_config, clock.now())?;
         let (status, _) = watch::channel(fleet.status());
-        Self {
+        Ok(Self {
             lister,
             writer,
             clock,
@@ -133,7 +164,7 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
             call_timeout: config.call_timeout,
             status,
             events: None,
-        }
+        })
     }
 
     /// A subscription to the driver's status; take it before [`run`](Self::run).
@@ -219,7 +250,7 @@ async fn perform<W: TierWriter, C: Clock>(
     action: Action,
 ) -> (TierId, Result<(), WriteError>) {
     let span = tracing::info_span!("tier", name = %action.tier().name, verb = action.verb());
-    let deadline = clock.now() + timeout;
+    let deadline = crate::fleet::saturating_add(clock.now(), timeout);
     let call = async {
         match &action {
             Action::Create(tier) => writer.create(tier).await,

@@ -17,6 +17,7 @@
 
 pub mod admission;
 pub mod backoff;
+mod budget;
 pub mod driver;
 pub mod error;
 pub mod fleet;
@@ -29,12 +30,14 @@ pub mod status;
 pub use backoff::Backoff;
 pub use driver::{Driver, DriverConfig, EventReceiver, Mode, Stopped, entropy_seed};
 pub use error::{ErrorClass, WriteError};
-pub use fleet::{Fleet, FleetConfig, TierId, predict};
+pub use fleet::{Fleet, FleetConfig, HoldCause, TierId, predict};
 pub use machine::{
-    Action, Blocker, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent, TierMachine,
-    TierState, TierStatus, WriteKind,
+    Action, Blocker, ConfigError, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent,
+    TierMachine, TierState, TierStatus, WriteHold, WriteKind,
 };
-pub use observe::{Decision, Generation, Observed, ObservedTier, Snapshot, decide, in_sync};
+pub use observe::{
+    Decision, FieldWriter, Generation, Observed, ObservedTier, Snapshot, decide, in_sync,
+};
 pub use ports::{Clock, FixedLister, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};

@@ -20,6 +20,29 @@ pub struct ObservedTier {
     pub description: String,
     /// The object's resourceVersion, an opaque token used as a write precondition.
     pub resource_version: String,
+    /// Who last set the fields tierd manages (priority, description), where the object says
+    /// (its `managedFields`); `None` when it does not, or the adapter does not read it. Named
+    /// when tierd reports the Tier contested.
+    pub last_writer: Option<FieldWriter>,
+}
+
+/// A writer of an object's fields, as its `managedFields` record it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FieldWriter {
+    /// The field manager (`kubectl-edit`, `kube-controller-manager`, ...).
+    pub manager: String,
+    /// When it last wrote them, as the server recorded it (RFC 3339), if it did.
+    pub time: Option<String>,
+}
+
+impl std::fmt::Display for FieldWriter {
+    /// `kubectl-edit (at 2026-12-01T09:00:00Z)`, or the manager alone.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.time {
+            Some(time) => write!(f, "{} (at {time})", self.manager),
+            None => f.write_str(&self.manager),
+        }
+    }
 }
 
 /// What is known about one Tier name.
@@ -125,6 +148,7 @@ mod tests {
             priority,
             description: description.into(),
             resource_version: "7".into(),
+            last_writer: None,
         })
     }
 
@@ -153,6 +177,7 @@ mod tests {
                 priority: 1,
                 description: String::new(),
                 resource_version: "1".into(),
+                last_writer: None,
             }],
         );
         assert!(snap.is_synced());

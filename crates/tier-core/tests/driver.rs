@@ -26,6 +26,7 @@ fn driver(
         desired,
         DriverConfig::default(),
     )
+    .unwrap()
 }
 
 /// Runs `driver` in `Once` mode, failing the test if it takes over an hour of virtual time.

@@ -18,11 +18,19 @@ fn present(priority: i64, description: &str, rv: &str) -> Observed {
         priority,
         description: description.into(),
         resource_version: rv.into(),
+        last_writer: None,
     })
 }
 
 fn machine() -> TierMachine {
-    TierMachine::new(spec(), MachineConfig::default(), 1)
+    TierMachine::new(spec(), MachineConfig::default(), 1).unwrap()
+}
+
+/// A machine whose write budget never runs out: for tests of the retry rules alone.
+fn unbudgeted() -> TierMachine {
+    let mut config = MachineConfig::default();
+    config.contest.burst = 1000;
+    TierMachine::new(spec(), config, 1).unwrap()
 }
 
 const MS: Duration = Duration::from_millis(1);
@@ -97,7 +105,7 @@ fn a_write_never_echoed_is_retried_after_the_deadline() {
 #[test]
 fn transient_errors_back_off_with_jitter_and_retry_after() {
     let t0 = Instant::now();
-    let mut m = machine();
+    let mut m = unbudgeted();
     m.handle_observation(Observed::Absent, 1, t0);
     let mut now = t0;
     let mut waits = Vec::new();
@@ -279,7 +287,7 @@ fn a_new_blocker_starts_a_new_episode() {
 fn a_denial_the_cache_does_not_explain_retries_on_a_short_backoff() {
     // The webhook's cache lags ours: it still sees the blocker we saw go.
     let t0 = Instant::now();
-    let mut m = machine();
+    let mut m = unbudgeted();
     m.handle_observation(Observed::Absent, 1, t0);
     let mut now = t0;
     let mut waits = Vec::new();
@@ -486,9 +494,10 @@ fn a_delete_fight_is_counted_contested_and_rate_limited() {
         now += 10 * MS;
     }
     assert!(m.status().contested, "{:?}", m.status());
-    // The first create and three immediate corrections; then hold-offs of 1 s and 2 s.
+    // The first create and two immediate corrections (every write spends from the one
+    // budget of three); then hold-offs of 1 s and 2 s.
     assert!(creates.len() <= 6, "{} creates in 4 s", creates.len());
-    assert!(m.status().corrections >= 4, "deletions are corrections");
+    assert!(m.status().corrections >= 3, "deletions are corrections");
     let contested: Vec<_> = events(&mut m)
         .into_iter()
         .filter(|e| matches!(e, TierEvent::Contested { .. }))
@@ -497,7 +506,8 @@ fn a_delete_fight_is_counted_contested_and_rate_limited() {
         contested,
         [TierEvent::Contested {
             tier: "baseline".into(),
-            streak: 3
+            streak: 2,
+            by: None,
         }]
     );
 }
@@ -532,7 +542,7 @@ fn a_slow_editor_is_corrected_at_once_every_time_and_never_contested() {
 fn contested_clears_on_a_timer_after_the_quiet_period() {
     let t0 = Instant::now();
     let mut m = machine();
-    let quiet = MachineConfig::default().contest.quiet;
+    let quiet = MachineConfig::default().contest.quiet();
     let mut now = t0;
     let mut rv = 1;
     m.handle_observation(present(253, "desc", "1"), rv, now);
@@ -583,7 +593,8 @@ fn contested_clears_on_a_timer_after_the_quiet_period() {
     assert!(
         evs.contains(&TierEvent::Contested {
             tier: "baseline".into(),
-            streak: 3
+            streak: 3,
+            by: None,
         }),
         "{evs:?}"
     );
@@ -720,6 +731,7 @@ fn state_labels_are_listed_and_rendered() {
         TierState::Contested {
             streak: 4,
             until: t0,
+            by: None,
         },
     ];
     let labels: Vec<&str> = states.iter().map(TierState::as_str).collect();
@@ -787,20 +799,25 @@ fn a_hold_outlasting_the_quiet_period_asks_for_no_past_timeout() {
         now += 10 * MS;
     }
     assert!(m.status().contested);
-    now += 100 * S;
-    rv += 1;
-    m.handle_observation(present(1, "", &rv.to_string()), rv, now);
-    assert_eq!(step(&mut m, now), None, "held off");
+    // While the budget refills, the machine asks to be woken when it is full, never in the
+    // past; then the contest is over and the next drift is corrected at once.
     let mut wakes = 0;
+    let end = now + 100 * S;
     while let Some(next) = m.poll_timeout() {
         assert!(next >= now, "a timeout in the past: the driver would spin");
-        now = next;
-        wakes += 1;
-        if step(&mut m, now).is_some() {
+        if next > end {
             break;
         }
+        now = next;
+        assert_eq!(step(&mut m, now), None);
+        wakes += 1;
         assert!(wakes < 10);
     }
+    assert!(!m.status().contested, "{:?}", m.status());
+    now = end;
+    rv += 1;
+    m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+    assert!(step(&mut m, now).is_some(), "corrected at once");
 }
 
 #[test]
@@ -839,7 +856,8 @@ fn small_getters_say_what_they_mean() {
     assert!(
         TierEvent::Contested {
             tier: tier(),
-            streak: 3
+            streak: 3,
+            by: None,
         }
         .is_warning()
     );
@@ -991,4 +1009,172 @@ fn an_echo_in_time_keeps_the_echo_wait() {
     assert!(matches!(step(&mut m, t1), Some(Action::Update { .. })));
     m.handle_outcome(Ok(()), t1);
     assert_eq!(m.poll_timeout(), Some(t1 + 3 * S));
+}
+
+#[test]
+fn the_learned_echo_wait_comes_back_down_when_the_lag_goes() {
+    // One lag spike: the echo wait doubles to 6 s. Then the cache is fast again: echoes come
+    // within 100 ms, and the wait returns to the 3 s echo timeout.
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Absent, 1, t0);
+    assert_eq!(step(&mut m, t0), Some(Action::Create(spec())));
+    m.handle_outcome(Ok(()), t0);
+    let t1 = t0 + 3 * S;
+    assert_eq!(
+        step(&mut m, t1),
+        Some(Action::Create(spec())),
+        "the fallback"
+    );
+    m.handle_outcome(Err(WriteError::stale("AlreadyExists")), t1);
+    m.handle_observation(present(253, "desc", "2"), 2, t1 + S);
+    assert!(m.is_converged());
+    let mut rv = 2;
+    let mut now = t1 + 100 * S;
+    // Two quick echoes.
+    for _ in 0..2 {
+        rv += 1;
+        m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+        assert!(matches!(step(&mut m, now), Some(Action::Update { .. })));
+        m.handle_outcome(Ok(()), now);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, now + 100 * MS);
+        assert!(m.is_converged());
+        now += 100 * S;
+    }
+    // The next write's echo is awaited for the echo timeout again, not the 6 s of the spike.
+    rv += 1;
+    m.handle_observation(present(1, "", &rv.to_string()), rv, now);
+    assert!(matches!(step(&mut m, now), Some(Action::Update { .. })));
+    m.handle_outcome(Ok(()), now);
+    assert_eq!(m.poll_timeout(), Some(now + 3 * S));
+}
+
+#[test]
+fn a_contest_names_the_other_writer_where_the_object_tells_it() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    let by = tier_core::FieldWriter {
+        manager: "kubectl-edit".into(),
+        time: Some("2026-12-01T09:00:00Z".into()),
+    };
+    let edited = |rv: u64| {
+        Observed::Present(ObservedTier {
+            name: "baseline".into(),
+            priority: 1,
+            description: String::new(),
+            resource_version: rv.to_string(),
+            last_writer: Some(by.clone()),
+        })
+    };
+    let mut rv = 1;
+    let mut now = t0;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    while !m.status().contested {
+        rv += 1;
+        m.handle_observation(edited(rv), rv, now);
+        if let Some(action) = step(&mut m, now) {
+            assert!(matches!(action, Action::Update { .. }));
+            m.handle_outcome(Ok(()), now);
+            rv += 1;
+            m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
+        }
+        now += 10 * MS;
+        assert!(now < t0 + 10 * S);
+    }
+    let contested = events(&mut m)
+        .into_iter()
+        .find(|e| matches!(e, TierEvent::Contested { .. }))
+        .unwrap();
+    assert!(
+        matches!(&contested, TierEvent::Contested { by: Some(b), .. } if *b == by),
+        "{contested:?}"
+    );
+    assert!(
+        contested
+            .to_string()
+            .starts_with("another writer (kubectl-edit (at 2026-12-01T09:00:00Z)) keeps changing"),
+        "{contested}"
+    );
+    let status = m.status().to_string();
+    assert!(status.contains("kubectl-edit"), "{status}");
+}
+
+#[test]
+fn a_hold_that_ends_converged_buys_no_free_write_later() {
+    // The budget is spent and a write is held; before the hold ends, the other writer puts
+    // the Tier back. The served hold is settled: the next drift still needs the budget.
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut now = t0;
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    let drift = |m: &mut TierMachine, rv: &mut u64, now: Instant| {
+        *rv += 1;
+        m.handle_observation(present(1, "", &rv.to_string()), *rv, now);
+    };
+    for _ in 0..3 {
+        drift(&mut m, &mut rv, now);
+        assert!(step(&mut m, now).is_some());
+        m.handle_outcome(Ok(()), now);
+        rv += 1;
+        m.handle_observation(present(253, "desc", &rv.to_string()), rv, now);
+        now += 10 * MS;
+    }
+    drift(&mut m, &mut rv, now);
+    assert_eq!(step(&mut m, now), None, "held");
+    let until = m.poll_timeout().unwrap();
+    // The hold ends; before the write goes, someone else puts the Tier back.
+    m.handle_timeout(until);
+    rv += 1;
+    m.handle_observation(present(253, "desc", &rv.to_string()), rv, until);
+    assert_eq!(m.poll_action(until), None);
+    assert!(m.is_converged());
+    // The next drift, a moment later, waits for the budget again.
+    let later = until + 10 * MS;
+    drift(&mut m, &mut rv, later);
+    assert_eq!(
+        step(&mut m, later),
+        None,
+        "no free write from a settled hold"
+    );
+}
+
+#[test]
+fn the_streak_restarts_once_the_budget_is_full_again() {
+    // Two corrections, then a quiet minute (the bucket refills): a later fight's Contested
+    // event counts only its own corrections.
+    let t0 = Instant::now();
+    let mut m = machine();
+    let mut now = t0;
+    let mut rv = 1;
+    m.handle_observation(present(253, "desc", "1"), rv, now);
+    let mut fight = |m: &mut TierMachine, now: &mut Instant, n: usize| {
+        for _ in 0..n {
+            rv += 1;
+            m.handle_observation(present(1, "", &rv.to_string()), rv, *now);
+            if step(m, *now).is_some() {
+                m.handle_outcome(Ok(()), *now);
+                rv += 1;
+                m.handle_observation(present(253, "desc", &rv.to_string()), rv, *now);
+            }
+            *now += 10 * MS;
+        }
+    };
+    fight(&mut m, &mut now, 2);
+    now += 100 * S;
+    m.handle_timeout(now);
+    fight(&mut m, &mut now, 4);
+    let contested: Vec<TierEvent> = events(&mut m)
+        .into_iter()
+        .filter(|e| matches!(e, TierEvent::Contested { .. }))
+        .collect();
+    assert_eq!(
+        contested,
+        [TierEvent::Contested {
+            tier: "baseline".into(),
+            streak: 3,
+            by: None,
+        }]
+    );
 }

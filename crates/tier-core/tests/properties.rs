@@ -61,6 +61,7 @@ proptest! {
             priority: observed_priority,
             description: observed_description.clone(),
             resource_version: "1".into(),
+            last_writer: None,
         });
         let matches = priority == observed_priority && description == observed_description;
         prop_assert_eq!(decide(&desired, &observed) == Decision::InSync, matches);
@@ -105,7 +106,7 @@ proptest! {
         });
         // The fake cache applies no admission rules, so the driver predicts none.
         let config = DriverConfig { admission: None, seed: Some(7), ..DriverConfig::default() };
-        let driver = Driver::new(cache.clone(), writer, TestClock, desired, config);
+        let driver = Driver::new(cache.clone(), writer, TestClock, desired, config).unwrap();
         let rt = runtime();
         let stopped = rt.block_on(async {
             let run = tokio::spawn(driver.run(Mode::Once, std::future::pending()));
@@ -132,19 +133,23 @@ proptest! {
     ) {
         let config = MachineConfig::default();
         let desired = TierSpec::new("t", 3, "d");
-        let mut machine = TierMachine::new(desired.clone(), config.clone(), seed);
+        let mut machine = TierMachine::new(desired.clone(), config.clone(), seed).unwrap();
         let mut server = Model { tier: initial.map(|(p, d)| (p, if d == 0 { "d" } else { "" }.to_owned(), 1)), rv: 1 };
         let t0 = Instant::now();
         let mut now = t0;
         let mut faults = faults.into_iter();
         let mut faults_over: Option<Instant> = None;
+        let mut writes = 0u64;
         machine.handle_observation(server.observe(), server.rv, now);
         for _ in 0..400 {
             if machine.is_converged() { break; }
             let Some(action) = machine.poll_action(now) else {
                 let next = machine.poll_timeout().expect("stuck: no action and no timeout");
                 let wait = next - now;
-                let bound = match machine.status().state {
+                let status = machine.status();
+                let bound = match status.state {
+                    // A spent write budget holds any write up to its cap, visibly.
+                    _ if status.held.is_some() => config.contest.hold_cap.max(config.backoff.cap),
                     TierState::Contested { .. } => config.contest.hold_cap,
                     TierState::Denied { .. } => config.backoff.cap,
                     TierState::Forbidden { .. } => config.forbidden_backoff.cap,
@@ -157,6 +162,9 @@ proptest! {
                 continue;
             };
             prop_assert!(machine.poll_action(now).is_none(), "two calls in flight");
+            writes += 1;
+            prop_assert!(writes <= config.contest.max_writes(now - t0),
+                "{} writes in {:?}: over the write budget", writes, now - t0);
             let outcome = match faults.next() {
                 Some((kind, applied, retry_after)) => {
                     if applied { let _ = server.perform(&action); }
@@ -203,6 +211,7 @@ impl Model {
                 priority: *priority,
                 description: description.clone(),
                 resource_version: rv.to_string(),
+                last_writer: None,
             }),
         }
     }

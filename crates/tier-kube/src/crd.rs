@@ -25,10 +25,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tier_core::ObservedTier;
+use tier_core::{FieldWriter, ObservedTier};
 
 /// The spec of an Antrea Tier, as stored in the cluster.
 #[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -103,15 +104,43 @@ impl TierSpec {
     }
 }
 
-/// What the core sees of a Tier object: name, priority, description (absent = empty) and
-/// resourceVersion (absent = empty).
+/// What the core sees of a Tier object: name, priority, description (absent = empty),
+/// resourceVersion (absent = empty) and who last set the priority or description (from
+/// `managedFields`, see [`last_writer`]).
 pub fn observe(tier: &Tier) -> ObservedTier {
     ObservedTier {
         name: tier.name_any(),
         priority: i64::from(tier.spec.priority),
         description: tier.spec.description.clone().unwrap_or_default(),
         resource_version: tier.resource_version().unwrap_or_default(),
+        last_writer: last_writer(tier),
     }
+}
+
+/// The `managedFields` entry that owns `spec.priority` or `spec.description` with the latest
+/// time: who last set a field tierd corrects. `None` when no entry says (managedFields
+/// stripped, or an entry without a manager).
+pub fn last_writer(tier: &Tier) -> Option<FieldWriter> {
+    let owns = |entry: &&ManagedFieldsEntry| {
+        entry
+            .fields_v1
+            .as_ref()
+            .and_then(|fields| fields.0.get("f:spec"))
+            .is_some_and(|spec| {
+                spec.get("f:priority").is_some() || spec.get("f:description").is_some()
+            })
+    };
+    let entry = tier
+        .metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .filter(owns)
+        .max_by_key(|entry| entry.time.as_ref().map(|t| t.0))?;
+    Some(FieldWriter {
+        manager: entry.manager.clone()?,
+        time: entry.time.as_ref().map(|t| t.0.to_string()),
+    })
 }
 
 /// Rendering the CRD failed.
@@ -390,8 +419,54 @@ mod tests {
                 priority: 200,
                 description: "d".into(),
                 resource_version: "42".into(),
+                last_writer: None,
             }
         );
+    }
+
+    #[test]
+    fn the_last_writer_of_a_managed_field_is_read_from_managed_fields() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
+        let entry = |manager: &str, time: &str, fields: serde_json::Value| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            time: Some(Time(time.parse().unwrap())),
+            fields_v1: Some(FieldsV1(fields)),
+            ..ManagedFieldsEntry::default()
+        };
+        let mut tier = Tier::new(
+            "platform",
+            TierSpec {
+                priority: 1,
+                description: None,
+            },
+        );
+        tier.metadata.managed_fields = Some(vec![
+            entry(
+                "tierd",
+                "2026-12-01T08:00:00Z",
+                serde_json::json!({"f:spec": {"f:description": {}}}),
+            ),
+            entry(
+                "kubectl-edit",
+                "2026-12-01T09:00:00Z",
+                serde_json::json!({"f:spec": {"f:priority": {}}}),
+            ),
+            entry(
+                "labeller",
+                "2026-12-01T10:00:00Z",
+                serde_json::json!({"f:metadata": {"f:labels": {}}}),
+            ),
+        ]);
+        assert_eq!(
+            observe(&tier).last_writer,
+            Some(FieldWriter {
+                manager: "kubectl-edit".into(),
+                time: Some("2026-12-01T09:00:00Z".into()),
+            })
+        );
+        tier.metadata.managed_fields = None;
+        assert_eq!(observe(&tier).last_writer, None);
     }
 
     #[test]

@@ -131,6 +131,7 @@ mod tests {
         let contested = to_event(&TierEvent::Contested {
             tier: "platform".into(),
             streak: 4,
+            by: None,
         });
         assert!(
             contested

@@ -39,7 +39,7 @@
 //! let client = tier_kube::client::client_from_config(config.clone())?; // shared, retries on
 //! let lister = KubeLister::start(client)?;
 //! let writer = lister.writer(tier_kube::client::writer_client(config)?, WriterConfig::default());
-//! let ensurer = tier_runtime::spawn(lister, writer, DesiredSet::antrea(), DriverConfig::default(), Mode::Continuous);
+//! let ensurer = tier_runtime::spawn(lister, writer, DesiredSet::antrea(), DriverConfig::default(), Mode::Continuous)?;
 //! ensurer.status().initialized().await.ok();
 //! # Ok(())
 //! # }

@@ -39,7 +39,7 @@ fn ensure_with_events(h: &Harness, mode: Mode) -> (Ensurer, tier_core::EventRece
         ..WriterConfig::default()
     };
     let writer = lister.writer(h.writer_client.clone(), config);
-    tier_runtime::spawn_with_events(lister, writer, DesiredSet::antrea(), fast(), mode)
+    tier_runtime::spawn_with_events(lister, writer, DesiredSet::antrea(), fast(), mode).unwrap()
 }
 
 async fn converge_once(h: &Harness) {

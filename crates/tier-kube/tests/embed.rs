@@ -57,7 +57,8 @@ async fn one_watch_serves_the_embedder_and_tierd() {
         DesiredSet::antrea(),
         DriverConfig::default(),
         Mode::Once,
-    );
+    )
+    .unwrap();
     let stopped = tokio::time::timeout(PATIENCE, ensurer.join())
         .await
         .unwrap();

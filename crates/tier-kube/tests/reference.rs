@@ -61,6 +61,7 @@ fn examples() -> Vec<TierEvent> {
         TierEvent::Contested {
             tier: tier(),
             streak: 4,
+            by: None,
         },
         TierEvent::ContestEnded { tier: tier() },
     ]

@@ -108,6 +108,7 @@ mod tests {
                     priority: p,
                     description: String::new(),
                     resource_version: "1".into(),
+                    last_writer: None,
                 };
                 (name, tier)
             })

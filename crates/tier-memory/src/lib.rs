@@ -36,7 +36,8 @@
 //!     DesiredSet::antrea(),
 //!     DriverConfig::default(),
 //!     Mode::Once,
-//! );
+//! )
+//! .expect("the default configuration is valid");
 //! assert_eq!(ensurer.join().await, Stopped::Converged);
 //! assert_eq!(cluster.calls().count(Verb::Create), 6);
 //! assert_eq!(cluster.tiers().len(), 6);

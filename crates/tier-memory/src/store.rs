@@ -97,6 +97,7 @@ impl Store {
             priority: spec.priority,
             description: spec.description.clone(),
             resource_version: self.revision.to_string(),
+            last_writer: None,
         };
         Arc::make_mut(&mut self.tiers).insert(tier.name.clone(), tier.clone());
         Written {

@@ -13,7 +13,8 @@
 //! # async fn example(lister: impl tier_core::TierLister + 'static, writer: impl tier_core::TierWriter + 'static) {
 //! use tier_core::{DesiredSet, DriverConfig, Mode};
 //!
-//! let mut ensurer = tier_runtime::spawn(lister, writer, DesiredSet::antrea(), DriverConfig::default(), Mode::Continuous);
+//! let mut ensurer = tier_runtime::spawn(lister, writer, DesiredSet::antrea(), DriverConfig::default(), Mode::Continuous)
+//!     .expect("the default configuration is valid");
 //! ensurer.status().initialized().await.ok();
 //! ensurer.shutdown().await;
 //! # }
@@ -23,8 +24,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use tier_core::{
-    Clock, DesiredSet, Driver, DriverConfig, EventReceiver, Mode, StatusHandle, Stopped,
-    TierLister, TierWriter,
+    Clock, ConfigError, DesiredSet, Driver, DriverConfig, EventReceiver, Mode, StatusHandle,
+    Stopped, TierLister, TierWriter,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -53,40 +54,48 @@ pub struct Ensurer {
 }
 
 /// Spawns a [`Driver`] for `desired` on the current tokio runtime, on [`TokioClock`].
+///
+/// # Errors
+///
+/// A [`ConfigError`] naming the field of `config` out of its range; nothing is spawned.
 pub fn spawn<L, W>(
     lister: L,
     writer: W,
     desired: DesiredSet,
     config: DriverConfig,
     mode: Mode,
-) -> Ensurer
+) -> Result<Ensurer, ConfigError>
 where
     L: TierLister + 'static,
     W: TierWriter + 'static,
 {
-    start(
-        Driver::new(lister, writer, TokioClock, desired, config),
+    Ok(start(
+        Driver::new(lister, writer, TokioClock, desired, config)?,
         mode,
-    )
+    ))
 }
 
 /// Like [`spawn`], and also returns every [`TierEvent`](tier_core::TierEvent) the driver
 /// emits, in order and none lost (an unbounded channel; events come once per episode, never per
 /// retry). Read it to the end, or drop it: an unread receiver keeps its events in memory.
+///
+/// # Errors
+///
+/// A [`ConfigError`] naming the field of `config` out of its range; nothing is spawned.
 pub fn spawn_with_events<L, W>(
     lister: L,
     writer: W,
     desired: DesiredSet,
     config: DriverConfig,
     mode: Mode,
-) -> (Ensurer, EventReceiver)
+) -> Result<(Ensurer, EventReceiver), ConfigError>
 where
     L: TierLister + 'static,
     W: TierWriter + 'static,
 {
-    let mut driver = Driver::new(lister, writer, TokioClock, desired, config);
+    let mut driver = Driver::new(lister, writer, TokioClock, desired, config)?;
     let events = driver.events();
-    (start(driver, mode), events)
+    Ok((start(driver, mode), events))
 }
 
 fn start<L, W>(driver: Driver<L, W, TokioClock>, mode: Mode) -> Ensurer

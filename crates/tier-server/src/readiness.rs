@@ -624,6 +624,7 @@ mod tests {
             outcomes: OutcomeCounts::default(),
             corrections: 0,
             contested: false,
+            held: None,
             converged_at: None,
             last_write: None,
         }

@@ -84,6 +84,7 @@ fn webhook(case: &Case) -> Webhook {
         priority: i,
         description: String::new(),
         resource_version: "1".into(),
+        last_writer: None,
     });
     let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::synced(1, tiers)));
     let acnps = PolicyCache::<ClusterNetworkPolicies>::from_policies(

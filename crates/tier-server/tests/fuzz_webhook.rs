@@ -36,6 +36,7 @@ fn webhook() -> Webhook {
         priority,
         description: String::new(),
         resource_version: "1".into(),
+        last_writer: None,
     });
     let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::synced(1, tiers)));
     let readiness = Readiness::new();

@@ -46,6 +46,7 @@ fn status() -> Status {
             contested: false,
             converged_at: Some(start),
             last_write: None,
+            held: None,
         }],
         started_at: Some(start),
         initialized_at: Some(start + Duration::from_secs(1)),

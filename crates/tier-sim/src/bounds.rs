@@ -73,10 +73,13 @@ pub fn hard_limit(window: Duration) -> usize {
 /// after Conflicts (stale), pending or converged is not: a write loop there is one nobody
 /// reports.
 ///
-/// This is the one place that reads tier-core's status for the write bound: adapt it when the
-/// status changes (core v3 may name the budget or the other writer).
+/// A Tier whose write budget is spent says so (`TierStatus::is_write_limited`: a held write
+/// noted in the status, or contested) and is visible whatever its state.
+///
+/// This is the one place that reads tier-core's status for the write bound.
 pub fn is_visible(tier: &TierStatus) -> bool {
     tier.contested
+        || tier.is_write_limited()
         || match &tier.state {
             TierState::Contested { .. }
             | TierState::Blocked { .. }
@@ -125,6 +128,7 @@ mod tests {
             contested: false,
             converged_at: None,
             last_write: None,
+            held: None,
         };
         assert!(!is_visible(&tier));
         tier.contested = true;

@@ -194,6 +194,7 @@ mod tests {
             priority,
             description: description.to_owned(),
             resource_version: rv.to_string(),
+            last_writer: None,
         }
     }
 

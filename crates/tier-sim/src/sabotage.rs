@@ -70,6 +70,7 @@ impl<L: TierLister> TierLister for Saboteur<L> {
                         .resource_version()
                         .unwrap_or("0")
                         .to_owned(),
+                    last_writer: None,
                 });
                 Snapshot::synced(snapshot.generation, tiers)
             }

@@ -179,6 +179,9 @@ pub enum SimError {
     /// The tokio runtime could not be built. Not retryable.
     #[error("cannot build the simulation runtime")]
     Runtime(#[source] std::io::Error),
+    /// The driver configuration is out of range.
+    #[error(transparent)]
+    Config(#[from] tier_core::ConfigError),
 }
 
 /// Runs the scenario of `seed` in the family [`SimConfig::world`] (see
@@ -196,8 +199,10 @@ pub fn run_seed(seed: u64, config: &SimConfig) -> Result<SeedReport, SimError> {
 ///
 /// # Errors
 ///
-/// [`SimError::Runtime`] if no runtime can be built.
+/// [`SimError::Runtime`] if no runtime can be built, [`SimError::Config`] if the driver
+/// configuration is out of range.
 pub fn run_scenario(scenario: &Scenario, config: &SimConfig) -> Result<SeedReport, SimError> {
+    config.driver.validate()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -501,6 +506,9 @@ fn start(
                 driver,
                 Mode::Continuous,
             );
+            // `run_scenario` validated the configuration before anything started.
+            #[allow(clippy::expect_used)]
+            let ensurer = ensurer.expect("the driver configuration was validated");
             let status = ensurer.status();
             checks.attach(status.clone());
             tokio::spawn(watch_status(status.clone(), checks));
@@ -634,7 +642,7 @@ async fn settle_down(
 /// Waits a contest's quiet period (and a second) after the adversary stopped: no Tier may still
 /// be reported contested then, without any further write.
 async fn contests_clear(running: &[Running], journal: &Journal, driver: &DriverConfig) {
-    tokio::time::sleep(driver.machine.contest.quiet + Duration::from_secs(1)).await;
+    tokio::time::sleep(driver.machine.contest.quiet() + Duration::from_secs(1)).await;
     for r in running {
         if let Task::Tierd { status, .. } = &r.task {
             let still: Vec<String> = status

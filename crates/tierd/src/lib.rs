@@ -144,6 +144,9 @@ pub enum StartError {
     /// The identity could not be looked for (outside a tokio runtime: a bug in the caller).
     #[error(transparent)]
     Identity(#[from] tier_kube::IdentityError),
+    /// The driver configuration ([`Builder::driver_config`]) is out of range; nothing started.
+    #[error(transparent)]
+    Config(#[from] tier_core::ConfigError),
 }
 
 /// Whether and how the driver's Tier events become Kubernetes Events.
@@ -262,6 +265,8 @@ impl Builder {
     ///
     /// [`StartError`] only outside a tokio runtime.
     pub fn start(self) -> Result<Tierd, StartError> {
+        // Invalid configuration starts nothing.
+        self.driver.validate()?;
         let client = self.clients.shared.clone();
         let lister = match self.tier_cache {
             Some(lister) => lister,
@@ -292,7 +297,7 @@ impl Builder {
                     desired,
                     self.driver,
                     Mode::Continuous,
-                );
+                )?;
                 let reporter = tier_kube::events::reporter(instance.clone());
                 let events = tier_kube::events::publish(client.clone(), reporter, events);
                 tasks.handles.push(tokio::spawn(async move {
@@ -306,7 +311,7 @@ impl Builder {
                 desired,
                 self.driver,
                 Mode::Continuous,
-            ),
+            )?,
         };
         let status = ensurer.status();
         tasks.driver = Some(ensurer.cancellation());

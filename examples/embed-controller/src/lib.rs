@@ -49,6 +49,9 @@ pub const RECONCILER_CHECK: &str = "example-reconciler";
 /// The controller failed to start or to serve.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// tierd's driver configuration is out of range.
+    #[error(transparent)]
+    Config(#[from] tier_core::ConfigError),
     /// No client could be built from the configuration.
     #[error(transparent)]
     Client(#[from] tier_kube::ClientError),

@@ -31,7 +31,8 @@ async fn the_reconciler_waits_while_the_tiers_are_blocked() {
         DesiredSet::antrea(),
         DriverConfig::default(),
         Mode::Continuous,
-    );
+    )
+    .unwrap();
     let reconciler = after_initialized(ensurer.status(), async { "reconciled" });
     // Ten virtual minutes of refusals.
     tokio::time::sleep(Duration::from_secs(600)).await;
@@ -59,7 +60,8 @@ async fn the_reconciler_starts_once_the_tiers_exist() {
         DesiredSet::antrea(),
         DriverConfig::default(),
         Mode::Continuous,
-    );
+    )
+    .unwrap();
     let reconciler = after_initialized(ensurer.status(), async move { observed.tiers().len() });
     let tiers_when_started = tokio::time::timeout(Duration::from_secs(60), reconciler)
         .await
@@ -86,6 +88,7 @@ fn tier_names_follow_the_cache() {
             priority: 200,
             description: String::new(),
             resource_version: "1".into(),
+            last_writer: None,
         },
     )]);
     let mut lister = MockTierLister::new();

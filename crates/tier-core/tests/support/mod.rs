@@ -97,6 +97,7 @@ impl FakeCache {
                 priority,
                 description: description.to_owned(),
                 resource_version: rv.clone(),
+                last_writer: None,
             },
         );
         rv

@@ -145,6 +145,7 @@ pub fn observed(name: &str, priority: i64) -> ObservedTier {
         priority,
         description: String::new(),
         resource_version: "1".into(),
+        last_writer: None,
     }
 }
 
@@ -170,6 +171,7 @@ pub fn tier_status(name: &str, state: TierState) -> TierStatus {
         outcomes: OutcomeCounts::default(),
         corrections: 0,
         contested: false,
+        held: None,
         converged_at: None,
         last_write: None,
     }

@@ -46,6 +46,7 @@ fn gated(identity: ControllerIdentity) -> IdentityGated {
             priority: 200,
             description: String::new(),
             resource_version: "1".into(),
+            last_writer: None,
         },
     )]);
     let lister: Arc<dyn tier_core::TierLister> = Arc::new(FixedLister::new(Snapshot {
