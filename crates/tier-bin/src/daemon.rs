@@ -210,7 +210,10 @@ async fn serve_webhook_and_metrics(
     server: impl Fn(axum::Router, &'static str) -> Server,
     server_metrics: &ServerMetrics,
     client_auth: Option<Arc<tier_server::ClientAuth>>,
-    (webhook_listener, metrics_listener): (Option<tokio::net::TcpListener>, tokio::net::TcpListener),
+    (webhook_listener, metrics_listener): (
+        Option<tokio::net::TcpListener>,
+        tokio::net::TcpListener,
+    ),
 ) -> Result<(), CommandError> {
     if tls.is_none()
         && let Some(files) = cert_files(args)

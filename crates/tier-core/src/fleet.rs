@@ -107,6 +107,15 @@ pub enum HoldCause {
     CreateForbidden,
 }
 
+/// Which answers to other Tiers show that a Tier's failure was its own object's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FailedFor {
+    /// A transient failure: any answer shows the server is up.
+    AnyCall,
+    /// A refusal of one verb (RBAC is per verb): only an answered call of that verb.
+    Verb(WriteKind),
+}
+
 /// A fleet-wide hold: one Tier (the probe) calls for all, on the fleet's own backoff, and the
 /// role rotates after each failed probe.
 #[derive(Clone, Debug)]
@@ -156,8 +165,9 @@ pub struct Fleet {
     create_forbidden: Option<Hold>,
     /// Per Tier: since when it has been due but held by the outage.
     held_since: Vec<Option<Instant>>,
-    /// Per Tier: whether it failed transiently (or was refused a create) since the last answer.
-    failed_since_answer: Vec<bool>,
+    /// Per Tier: whether it failed transiently (or was refused a create) since the last answer
+    /// that would show the failure was its own.
+    failed_since_answer: Vec<Option<FailedFor>>,
     /// Per Tier: failures of its own, each followed by another Tier's answer (see
     /// [`LONE_FAILURES`]).
     lone: Vec<u32>,
@@ -201,7 +211,7 @@ impl Fleet {
             outage: None,
             create_forbidden: None,
             held_since: vec![None; n],
-            failed_since_answer: vec![false; n],
+            failed_since_answer: vec![None; n],
             lone: vec![0; n],
         })
     }
@@ -259,7 +269,7 @@ impl Fleet {
         let lone = self.lone.get(tier).is_some_and(|n| *n >= LONE_FAILURES);
         match class {
             Some(ErrorClass::Transient) => {
-                self.failed(tier);
+                self.failed(tier, FailedFor::AnyCall);
                 if !lone {
                     let backoff = self.config.backoff;
                     self.hold_failed(HoldCause::Outage, tier, backoff, now);
@@ -286,7 +296,8 @@ impl Fleet {
                 }
             }
             Some(ErrorClass::Forbidden) if create_refused => {
-                self.failed(tier);
+                // RBAC is per verb: only another create that passes says this one was alone.
+                self.failed(tier, FailedFor::Verb(WriteKind::Create));
                 if !lone {
                     let backoff = self.config.forbidden_backoff;
                     self.hold_failed(HoldCause::CreateForbidden, tier, backoff, now);
@@ -295,7 +306,7 @@ impl Fleet {
             // A refused update says nothing about the server or about creates.
             Some(ErrorClass::Forbidden) => {}
             None | Some(ErrorClass::Denied | ErrorClass::NotInstalled) => {
-                self.answered(tier, now);
+                self.answered(tier, kind, now);
                 if kind == WriteKind::Create {
                     self.create_forbidden = None;
                 }
@@ -304,17 +315,19 @@ impl Fleet {
         self.latch(now);
     }
 
-    /// `tier`'s call failed in a way that could be the server's (or the user's) for all.
-    fn failed(&mut self, tier: TierId) {
+    /// `tier`'s call failed in a way that could be the server's (or the user's) for all; `what`
+    /// says which answers to other Tiers would show it was not.
+    fn failed(&mut self, tier: TierId, what: FailedFor) {
         if let Some(flag) = self.failed_since_answer.get_mut(tier) {
-            *flag = true;
+            *flag = Some(what);
         }
     }
 
-    /// The server answered `tier`: its failures are not the fleet's. Every other Tier that
-    /// failed since the last answer failed alone once more, and the outage is over: whoever
-    /// waits on a transient backoff retries now.
-    fn answered(&mut self, tier: TierId, now: Instant) {
+    /// The server answered `tier`'s call of `kind`: its failures are not the fleet's. Every
+    /// other Tier that failed since the last answer in a way this answer disproves (a transient
+    /// failure: any answer; a refused create: an answered create) failed alone once more, and
+    /// the outage is over: whoever waits on a transient backoff retries now.
+    fn answered(&mut self, tier: TierId, kind: WriteKind, now: Instant) {
         for (id, (flag, lone)) in self
             .failed_since_answer
             .iter_mut()
@@ -323,8 +336,16 @@ impl Fleet {
         {
             if id == tier {
                 *lone = 0;
-                *flag = false;
-            } else if std::mem::take(flag) {
+                *flag = None;
+                continue;
+            }
+            let disproved = match flag {
+                Some(FailedFor::AnyCall) => true,
+                Some(FailedFor::Verb(verb)) => *verb == kind,
+                None => false,
+            };
+            if disproved {
+                *flag = None;
                 *lone = lone.saturating_add(1);
             }
         }

@@ -268,8 +268,8 @@ impl Checks {
     }
 
     /// Reports write-bound violations (see [`crate::bounds`]) from now on, or stops; the peak is
-    /// measured either way. Off by default: the random worlds' contest fights break the soft
-    /// bound on the core before v3 ([`SimConfig::issue_15_checks`](crate::SimConfig)).
+    /// measured either way ([`SimConfig::issue_15_checks`](crate::SimConfig) in the random
+    /// worlds, always in the others).
     pub fn enforce_write_bound(&self, on: bool) {
         lock(&self.state).enforce_write_bound = on;
     }

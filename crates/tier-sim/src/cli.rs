@@ -55,10 +55,10 @@ pub struct Cli {
         default_value = "random"
     )]
     pub world: Vec<WorldArg>,
-    /// Check the per-Tier liveness and write-bound invariants of issue 15 in the random worlds
-    /// too (always on in the other worlds; off by default until core v3).
+    /// Do not check the per-Tier liveness and write-bound invariants of issue 15 in the random
+    /// worlds (they are always checked in the other worlds).
     #[arg(long)]
-    pub issue_15_checks: bool,
+    pub no_issue_15_checks: bool,
     /// Print only the numbers docs/RELIABILITY.md quotes: writes and failed writes per seed of
     /// tierd and of Antrea's fixed initializer, on the seeds without an adversary and on all
     /// (random worlds; ignores --strategy and --world).
@@ -135,8 +135,8 @@ impl StrategyArg {
     }
 }
 
-/// The command that replays one seed of `strategy` in `world` (broken by `sabotage`, with the
-/// issue-15 checks in the random worlds if `issue_15_checks`) with its timeline.
+/// The command that replays one seed of `strategy` in `world` (broken by `sabotage`, without
+/// the issue-15 checks in the random worlds unless `issue_15_checks`) with its timeline.
 pub fn replay_command(
     seed: u64,
     strategy: Strategy,
@@ -147,8 +147,8 @@ pub fn replay_command(
     let mut cmd = format!("cargo run -p tier-sim --release -- --seed {seed} --verbose");
     if world != World::Random {
         let _ = write!(cmd, " --world {}", world.as_str());
-    } else if issue_15_checks {
-        cmd.push_str(" --issue-15-checks");
+    } else if !issue_15_checks {
+        cmd.push_str(" --no-issue-15-checks");
     }
     if strategy != Strategy::Tierd {
         let _ = write!(cmd, " --strategy {}", strategy.as_str());
@@ -300,7 +300,7 @@ fn render_world(cli: &Cli, world: World, out: &mut String) -> ExitCode {
         verbose: cli.verbose,
         sabotage: cli.sabotage,
         world,
-        issue_15_checks: cli.issue_15_checks,
+        issue_15_checks: !cli.no_issue_15_checks,
         ..SimConfig::default()
     };
     let reports = match run_seeds(&seeds, &strategies, &config, jobs(cli)) {
@@ -344,7 +344,13 @@ fn render_world(cli: &Cli, world: World, out: &mut String) -> ExitCode {
         let _ = writeln!(
             out,
             "  replay: {}",
-            replay_command(r.seed, r.strategy, cli.sabotage, world, cli.issue_15_checks)
+            replay_command(
+                r.seed,
+                r.strategy,
+                cli.sabotage,
+                world,
+                !cli.no_issue_15_checks
+            )
         );
     }
     if failed.len() > 20 {
@@ -401,7 +407,7 @@ mod tests {
         assert_eq!(&worlds[1..], &World::ISSUE_15);
         let default = Cli::parse_from(["tier-sim"]);
         assert_eq!(default.world, vec![WorldArg::Random]);
-        assert!(!default.issue_15_checks && !default.numbers);
+        assert!(!default.no_issue_15_checks && !default.numbers);
         for world in World::ISSUE_15 {
             let cli = Cli::parse_from(["tier-sim", "--world", world.as_str()]);
             assert_eq!(cli.world[0].worlds(), vec![world]);
@@ -415,8 +421,8 @@ mod tests {
             "cargo run -p tier-sim --release -- --seed 7 --verbose --world fast-editor"
         );
         assert_eq!(
-            replay_command(7, Strategy::Tierd, None, World::Random, true),
-            "cargo run -p tier-sim --release -- --seed 7 --verbose --issue-15-checks"
+            replay_command(7, Strategy::Tierd, None, World::Random, false),
+            "cargo run -p tier-sim --release -- --seed 7 --verbose --no-issue-15-checks"
         );
     }
 }

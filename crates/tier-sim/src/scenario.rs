@@ -446,8 +446,15 @@ impl Scenario {
             .iter()
             .any(|f| f.effect == TargetedEffect::Forbidden)
             .then_some(machine.forbidden_backoff.cap);
+        // A spent write budget holds up to `hold_cap` from the moment the next write is wanted,
+        // which itself may follow a wait for the cache (the learned echo wait, at most the
+        // backoff cap) or a transient backoff: the two add up.
+        let budget_hold = machine
+            .contest
+            .hold_cap
+            .saturating_add(machine.backoff.cap.max(machine.echo_timeout));
         let longest_wait = [
-            machine.contest.hold_cap,
+            budget_hold,
             machine.denied_backoff.cap,
             machine.backoff.cap,
             machine.echo_timeout,

@@ -78,8 +78,7 @@ pub struct SimConfig {
     /// The family of worlds seeds are drawn from ([`run_seed`]).
     pub world: World,
     /// Check the per-Tier liveness and write bound invariants of issue 15 ([`crate::bounds`])
-    /// in the random worlds too (always on in the issue-15 worlds). Off by default until core
-    /// v3 lands: today's core breaks the soft write bound in the random worlds' contest fights.
+    /// in the random worlds too (always on in the issue-15 worlds). On by default.
     pub issue_15_checks: bool,
 }
 
@@ -93,7 +92,7 @@ impl Default for SimConfig {
             sabotage: None,
             verbose: false,
             world: World::Random,
-            issue_15_checks: false,
+            issue_15_checks: true,
         }
     }
 }
@@ -407,8 +406,9 @@ async fn simulate(scenario: &Scenario, config: &SimConfig) -> SeedReport {
     }
 }
 
-/// While RBAC refuses every create (until `quiet_at`), each initializer may send one create per
-/// step of the Forbidden backoff for the whole fleet ([`fleet_probe_limit`]). Returns the
+/// While RBAC refuses every create (until `quiet_at`), each initializer may send its first wave
+/// (the creates it started before the first refusal answered), then one create per step of the
+/// Forbidden backoff for the whole fleet ([`fleet_probe_limit`]). Returns the
 /// creates sent then, summed over initializers (0 when no world refuses creates).
 fn fleet_probe(
     scenario: &Scenario,
@@ -427,18 +427,28 @@ fn fleet_probe(
     let mut total = 0;
     for r in running {
         let mine = calls.for_client(&r.name);
-        let sent = mine
+        let creates: Vec<_> = mine
             .records()
             .iter()
             .filter(|c| c.verb == Verb::Create && c.started < quiet)
-            .count();
+            .cloned()
+            .collect();
+        let sent = creates.len();
         total += sent;
+        // Creates started before the first refusal answered could not know of it: that first
+        // wave (at most one per missing Tier) is allowed, then one per backoff step.
+        let first_refusal = creates.iter().filter_map(|c| c.finished).min();
+        let first_wave = creates
+            .iter()
+            .filter(|c| first_refusal.is_none_or(|at| c.started <= at))
+            .count();
         let plan = scenario.initializers.iter().find(|p| p.name == r.name);
         let from = plan.map_or(Duration::ZERO, |p| p.start_at + p.sync_after);
-        let limit = fleet_probe_limit(
-            &driver.machine.forbidden_backoff,
-            scenario.quiet_at.saturating_sub(from),
-        );
+        let limit = first_wave.saturating_sub(1)
+            + fleet_probe_limit(
+                &driver.machine.forbidden_backoff,
+                scenario.quiet_at.saturating_sub(from),
+            );
         if sent > limit {
             journal.violation(
                 &r.name,

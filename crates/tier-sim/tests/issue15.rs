@@ -67,43 +67,36 @@ fn assert_all_pass(world: World) {
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn a_failing_tier_does_not_starve_the_others() {
     assert_all_pass(World::FailingTier);
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn a_hanging_tier_does_not_starve_the_others() {
     assert_all_pass(World::HangingTier);
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn an_editor_faster_than_the_cache_is_bounded_and_contested() {
     assert_all_pass(World::FastEditor);
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn a_deletion_coalesced_with_the_create_is_a_correction() {
     assert_all_pass(World::CoalescedDeleter);
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn forbidden_updates_do_not_delay_creates() {
     assert_all_pass(World::UpdateForbidden);
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn forbidden_creates_are_one_probe_for_the_fleet() {
     assert_all_pass(World::CreateForbidden);
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn a_fighter_that_slows_down_is_corrected_at_once_again() {
     assert_all_pass(World::SlowingFighter);
 }
@@ -116,7 +109,6 @@ fn a_lag_spike_that_recovers_passes() {
 }
 
 #[test]
-#[ignore = "needs core v3"]
 fn the_random_worlds_pass_the_per_tier_invariants() {
     let config = SimConfig {
         issue_15_checks: true,

@@ -407,7 +407,9 @@ fn policy_cache<K: PolicyKind>(client: &kube::Client) -> Result<PolicyCache<K>, 
 /// are protected from deletion (a custom set adds to Antrea's, never replaces them), each
 /// desired priority belongs to its Tier, and `user` may change priorities.
 fn admission_policy(desired: &DesiredSet, user: &str, rules: ValidationRules) -> AdmissionPolicy {
-    AdmissionPolicy::antrea(user).desire(desired).with_rules(rules)
+    AdmissionPolicy::antrea(user)
+        .desire(desired)
+        .with_rules(rules)
 }
 
 /// The readiness check of one policy cache: passes once it listed (or found its CRD not

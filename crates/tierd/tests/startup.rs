@@ -67,10 +67,9 @@ async fn every_fact_waits_behind_its_check_until_the_api_server_appears() {
 
     // The server appears, holding the Secret as the install ships it (empty): the
     // certificate settles (written), the identity and cache follow.
-    let server =
-        TestApiServer::start(ServerConfig::default().user("tierd-token", USER).port(port))
-            .await
-            .unwrap();
+    let server = TestApiServer::start(ServerConfig::default().user("tierd-token", USER).port(port))
+        .await
+        .unwrap();
     server
         .store()
         .put_object(
