@@ -753,3 +753,51 @@ fn creates_sent_together_never_jointly_exceed_the_limit_of_priorities() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn answered_updates_do_not_make_a_refused_create_look_like_its_own() {
+    // RBAC is per verb: updates of other Tiers that pass say nothing about creates. Before,
+    // three answered updates marked every Tier whose create was refused as failing alone, and
+    // each then created on its own backoff.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    for (name, priority) in [("baseline", 253), ("application", 250), ("platform", 200)] {
+        world.put(name, priority, "edited");
+    }
+    let mut fleet = fleet(t0);
+    let to = t0 + 600 * S;
+    let mut next_edit = t0;
+    let calls = run_with(
+        &mut fleet,
+        &mut world,
+        t0,
+        to,
+        S,
+        Duration::ZERO,
+        |now, world| {
+            // Someone edits a description every 10 s: tierd's updates keep being answered.
+            if now >= next_edit {
+                world.put("baseline", 253, "edited again");
+                next_edit = now + 10 * S;
+            }
+        },
+        |_, _, action| match action {
+            Action::Create(_) => Fault::Fail(refused("create")),
+            _ => Fault::None,
+        },
+    );
+    let updates = calls
+        .iter()
+        .filter(|c| matches!(c.action, Action::Update { .. }) && c.ok)
+        .count();
+    assert!(updates >= 3, "{updates} answered updates: {calls:#?}");
+    let creates: Vec<Instant> = calls
+        .iter()
+        .filter(|c| matches!(c.action, Action::Create(_)))
+        .map(|c| c.at)
+        .collect();
+    // The first wave (three missing Tiers), then one per forbidden-backoff step (1 s doubling
+    // to 60 s, at least half of it with jitter: 0.5 + 1 + ... + 16 s, then 30 s steps, fit 24
+    // steps in 600 s).
+    assert!(creates.len() <= 3 + 24, "{} creates: {creates:?}", creates.len());
+}
