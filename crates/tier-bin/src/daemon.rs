@@ -175,8 +175,11 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
             &mut served,
             server,
             &server_metrics,
-            client_auth,
-            (webhook_listener, metrics_listener),
+            Pending {
+                webhook: webhook_listener,
+                metrics: metrics_listener,
+                client_auth,
+            },
         )
         .await
         {
@@ -200,6 +203,16 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     outcome
 }
 
+/// What the webhook and metrics servers start with, once they may.
+struct Pending {
+    /// The webhook's listener; none with `--webhook-listen ""`.
+    webhook: Option<tokio::net::TcpListener>,
+    /// The metrics listener.
+    metrics: tokio::net::TcpListener,
+    /// The client-certificate check of the webhook port (`--client-ca`).
+    client_auth: Option<Arc<tier_server::ClientAuth>>,
+}
+
 /// Starts the webhook and metrics servers (TLS when certificates are given; the self-signed
 /// files are loaded now, once settled).
 async fn serve_webhook_and_metrics(
@@ -209,11 +222,11 @@ async fn serve_webhook_and_metrics(
     served: &mut JoinSet<Result<(), CommandError>>,
     server: impl Fn(axum::Router, &'static str) -> Server,
     server_metrics: &ServerMetrics,
-    client_auth: Option<Arc<tier_server::ClientAuth>>,
-    (webhook_listener, metrics_listener): (
-        Option<tokio::net::TcpListener>,
-        tokio::net::TcpListener,
-    ),
+    Pending {
+        webhook: webhook_listener,
+        metrics: metrics_listener,
+        client_auth,
+    }: Pending,
 ) -> Result<(), CommandError> {
     if tls.is_none()
         && let Some(files) = cert_files(args)

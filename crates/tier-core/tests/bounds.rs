@@ -799,5 +799,9 @@ fn answered_updates_do_not_make_a_refused_create_look_like_its_own() {
     // The first wave (three missing Tiers), then one per forbidden-backoff step (1 s doubling
     // to 60 s, at least half of it with jitter: 0.5 + 1 + ... + 16 s, then 30 s steps, fit 24
     // steps in 600 s).
-    assert!(creates.len() <= 3 + 24, "{} creates: {creates:?}", creates.len());
+    assert!(
+        creates.len() <= 3 + 24,
+        "{} creates: {creates:?}",
+        creates.len()
+    );
 }
