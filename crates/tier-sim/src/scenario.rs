@@ -688,16 +688,17 @@ mod tests {
         let mut s = Scenario::issue_6694();
         s.faults.max_latency = Duration::from_secs(1);
         s.initializers[0].lag = Duration::from_secs(2);
-        // 1 + 3 * 2 + 60 (contest hold cap) + 1 (denied backoff cap)
+        // 1 + 3 * 2 + 60 (write-budget hold cap) + 10 (the echo wait or backoff before it)
+        // + 1 (denied backoff cap)
         assert_eq!(
             s.convergence_bound(&DriverConfig::default()),
-            Duration::from_secs(68)
+            Duration::from_secs(78)
         );
         // A hanging call takes up to the call timeout (30 s) instead.
         s.faults.hangs = 1;
         assert_eq!(
             s.convergence_bound(&DriverConfig::default()),
-            Duration::from_secs(97)
+            Duration::from_secs(107)
         );
     }
 }
