@@ -1,6 +1,6 @@
 //! Shared pieces of tierd's fuzz targets: a webhook over a fixed, synced Tier cache and the
 //! properties every answer must have. The `Arbitrary` model of AdmissionReviews is
-//! `tier-fuzz-model` (`crates/tier-fuzz-model`), shared with the CI proptests.
+//! `tier-fuzz-model` (`testing/tier-fuzz-model`), shared with the CI proptests.
 //!
 //! Every `check_*` function panics when a property fails, which libFuzzer reports as a crash;
 //! a panic inside the code under test is reported the same way.

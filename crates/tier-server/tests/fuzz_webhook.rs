@@ -2,7 +2,7 @@
 //! never panics; a body that is not a reviewable AdmissionReview gets a [`ReviewError`] (HTTP
 //! 400); every accepted review is answered with a response review that echoes the uid; and a
 //! well-formed review of a Tier gets exactly Antrea's verdict. Inputs come from the one
-//! AdmissionReview model in `crates/tier-fuzz-model`, which the cargo-fuzz targets in `fuzz/` (at
+//! AdmissionReview model in `testing/tier-fuzz-model`, which the cargo-fuzz targets in `fuzz/` (at
 //! the top of the repository) use too.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
