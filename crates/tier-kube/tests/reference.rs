@@ -30,7 +30,7 @@ fn when(event: &TierEvent) -> &'static str {
         TierEvent::Contested { .. } => {
             "a correction found no token: someone keeps changing the Tier back"
         }
-        TierEvent::ContestEnded { .. } => "two quiet minutes after a contest",
+        TierEvent::ContestEnded { .. } => "the write budget is full again after a contest",
     }
 }
 
