@@ -41,8 +41,10 @@ pub const WRITE_WINDOWS: [Duration; 3] = [
 /// The window of the soft write rate.
 pub const SOFT_WINDOW: Duration = Duration::from_secs(120);
 /// Writes of one Tier within [`SOFT_WINDOW`] beyond which its status must show why
-/// ([`is_visible`]): more than one write per 15 s, sustained.
-pub const SOFT_LIMIT: usize = 8;
+/// ([`is_visible`]): what tierd's write budget allows without holding a write (a burst of 3,
+/// then one token per 20 s, in a window closed at both ends: 3 + 120 / 20 + 1). A Tier that
+/// writes more has been held, and must say so.
+pub const SOFT_LIMIT: usize = 10;
 
 /// The most creates one initializer may send in `duration` while RBAC refuses every create:
 /// one, then one per step of `backoff` for the whole fleet, each step at least half its nominal
