@@ -301,6 +301,8 @@ impl ReservationTable {
         dry_run: bool,
     ) -> Result<(), Denial> {
         let now = self.now();
+        // Read the cache before taking the lock, so that reviews hold it as briefly as they can.
+        let existing: Vec<(&str, i64)> = existing.into_iter().collect();
         let mut table = self.lock();
         if dry_run {
             // At most one entry per priority: a cheap copy.
