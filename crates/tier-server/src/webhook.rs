@@ -82,8 +82,8 @@ use kube_core::admission::{
     AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
 };
 use kube_core::{DynamicObject, Status as ApiStatus, response::StatusDetails};
-use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use tier_core::admission::{
     AdmissionPolicy, Denial, ReferenceIndex, References, Request, Reservation,
     ReservationConfigError, Reservations, Truncated,
@@ -301,6 +301,8 @@ impl ReservationTable {
         dry_run: bool,
     ) -> Result<(), Denial> {
         let now = self.now();
+        // Read the cache before taking the lock, so that reviews hold it as briefly as they can.
+        let existing: Vec<(&str, i64)> = existing.into_iter().collect();
         let mut table = self.lock();
         if dry_run {
             // At most one entry per priority: a cheap copy.
@@ -595,6 +597,76 @@ impl RequestIn<'_> {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The response as written: kube-core's `AdmissionReview` fields and omissions, borrowed.
+
+/// The length of an allowed response without its uid, to size the buffer once.
+const ALLOWED_LEN: usize =
+    r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true,"status":{}}}"#
+        .len();
+
+#[derive(Serialize)]
+struct ReviewOut<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    status: StatusOut<'a>,
+}
+
+/// kube-core's `Status` as it serializes: `status`, `code`, `message`, `reason`, `details`,
+/// each omitted when empty or zero.
+#[derive(Clone, Copy, Default, Serialize)]
+struct StatusOut<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
+    #[serde(skip_serializing_if = "is_zero")]
+    code: u16,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    message: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<DetailsOut>,
+}
+
+#[derive(Clone, Copy, Serialize)]
+struct DetailsOut {
+    #[serde(rename = "retryAfterSeconds")]
+    retry_after_seconds: u32,
+}
+
+/// The JSON of the response review echoing `uid` with `verdict`.
+fn encode(uid: &str, verdict: &Verdict) -> Result<Vec<u8>, serde_json::Error> {
+    let status = match verdict {
+        Verdict::Allow => StatusOut::default(),
+        Verdict::Deny(refusal) => refusal.status_out(),
+    };
+    let review = ReviewOut {
+        api_version: META_API_VERSION_V1,
+        kind: META_KIND,
+        response: ResponseOut {
+            uid,
+            allowed: matches!(verdict, Verdict::Allow),
+            status,
+        },
+    };
+    let mut json = Vec::with_capacity(ALLOWED_LEN + uid.len() + status.message.len() + 64);
+    serde_json::to_writer(&mut json, &review)?;
+    Ok(json)
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_zero(code: &u16) -> bool {
+    *code == 0
+}
+
 /// The Tier validating webhook: the Tier cache, the policy caches, the admission policy (which
 /// knows the desired set, [`AdmissionPolicy::desire`]), the reservations, the log budget and
 /// the readiness gates.
@@ -662,6 +734,20 @@ impl Refusal {
             reason: "BadRequest",
             code: 400,
             retry_after_seconds: 0,
+        }
+    }
+
+    /// The `status` of the response, borrowed (the fields and omissions of kube-core's
+    /// [`ApiStatus`] as [`into_status`](Self::into_status) builds it).
+    fn status_out(&self) -> StatusOut<'_> {
+        StatusOut {
+            status: Some("Failure"),
+            code: self.code,
+            message: &self.message,
+            reason: self.reason,
+            details: (self.retry_after_seconds > 0).then_some(DetailsOut {
+                retry_after_seconds: self.retry_after_seconds,
+            }),
         }
     }
 
@@ -747,7 +833,8 @@ impl Webhook {
         Router::new()
             .route(PATH, post(handle))
             .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
-            .with_state(self)
+            // One reference count per request, not one per shared part.
+            .with_state(Arc::new(self))
     }
 
     /// Reviews the JSON `body` of an AdmissionReview request and returns the response review,
@@ -758,6 +845,55 @@ impl Webhook {
     /// [`ReviewError`] when the body is not an `admission.k8s.io/v1` AdmissionReview with a
     /// request whose uid is at most [`MAX_UID_BYTES`].
     pub fn review_json(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
+        let (uid, verdict) = self.decide(body)?;
+        let mut response = AdmissionResponse::invalid("");
+        response.uid = uid.into_owned();
+        match verdict {
+            Verdict::Allow => {
+                response.allowed = true;
+                response.result = ApiStatus::default();
+            }
+            Verdict::Deny(refusal) => {
+                response.allowed = false;
+                response.result = refusal.into_status();
+            }
+        }
+        Ok(response.into_review())
+    }
+
+    /// The HTTP answer to an AdmissionReview `body`: `200` with the JSON of the response
+    /// review (the review [`review_json`](Self::review_json) returns, encoded as kube-core
+    /// encodes it, but written straight from borrowed fields), or `400` with the
+    /// [`ReviewError`]. This is the route's handler.
+    pub fn respond(&self, body: &[u8]) -> Response {
+        let (uid, verdict) = match self.decide(body) {
+            Ok(decided) => decided,
+            Err(error) => return error.into_response(),
+        };
+        match encode(&uid, &verdict) {
+            Ok(json) => {
+                let mut response = Bytes::from(json).into_response();
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Err(error) => {
+                tracing::error!(%error, "encoding the admission response failed");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "encoding the admission response failed; see tierd's log\n",
+                )
+                    .into_response()
+            }
+        }
+    }
+
+    /// Decodes and reviews `body`: the request's uid (borrowed from the body when it can be)
+    /// and the verdict, logged as the budget allows. A body that is no reviewable review is
+    /// logged (within the budget) and returned as the error.
+    fn decide<'b>(&self, body: &'b [u8]) -> Result<(Cow<'b, str>, Verdict), ReviewError> {
         let result = self.decode_and_review(body);
         if let Err(error) = &result {
             self.limited(|| tracing::warn!(error = %error, "refused a malformed admission review"));
@@ -765,11 +901,11 @@ impl Webhook {
         result
     }
 
-    fn decode_and_review(
+    fn decode_and_review<'b>(
         &self,
-        body: &[u8],
-    ) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
-        let review: ReviewIn<'_> = serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
+        body: &'b [u8],
+    ) -> Result<(Cow<'b, str>, Verdict), ReviewError> {
+        let review: ReviewIn<'b> = serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
         if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
             return Err(ReviewError::Unsupported {
                 api_version: Truncated::new(&review.api_version).to_string(),
@@ -782,9 +918,8 @@ impl Webhook {
                 len: request.uid.len(),
             });
         }
-        let mut response = AdmissionResponse::invalid("");
-        response.uid = request.uid.clone().into_owned();
-        match self.verdict(&request) {
+        let verdict = self.verdict(&request);
+        match &verdict {
             Verdict::Allow => {
                 tracing::debug!(
                     uid = %Truncated::new(&request.uid),
@@ -793,8 +928,6 @@ impl Webhook {
                     user = %Truncated::new(request.user()),
                     "allowed"
                 );
-                response.allowed = true;
-                response.result = ApiStatus::default();
             }
             Verdict::Deny(refusal) => {
                 self.limited(|| {
@@ -807,11 +940,9 @@ impl Webhook {
                         "denied"
                     );
                 });
-                response.allowed = false;
-                response.result = refusal.into_status();
             }
         }
-        Ok(response.into_review())
+        Ok((request.uid, verdict))
     }
 
     /// Runs `log` if the log budget allows a line now, first saying how many were suppressed.
@@ -944,7 +1075,10 @@ fn priority_of(object: Option<&TierIn<'_>>, field: &str, name: &str) -> Result<i
         })
 }
 
-async fn handle(State(webhook): State<Webhook>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn handle(
+    State(webhook): State<Arc<Webhook>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -959,28 +1093,7 @@ async fn handle(State(webhook): State<Webhook>, body: Result<Bytes, BytesRejecti
         }
         Err(rejection) => return rejection.into_response(),
     };
-    let review = match webhook.review_json(&body) {
-        Ok(review) => review,
-        Err(error) => return error.into_response(),
-    };
-    match serde_json::to_vec(&review) {
-        Ok(json) => {
-            let mut response = json.into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        Err(error) => {
-            tracing::error!(%error, "encoding the admission response failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "encoding the admission response failed; see tierd's log\n",
-            )
-                .into_response()
-        }
-    }
+    webhook.respond(&body)
 }
 
 #[cfg(test)]

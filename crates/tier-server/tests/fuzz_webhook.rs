@@ -206,6 +206,102 @@ proptest! {
     }
 }
 
+/// `Webhook::respond` (the route's handler, which writes the response from borrowed fields)
+/// answers `body` exactly as kube-core encodes `review_json`'s answer: the same status and the
+/// same bytes. Each side gets a fresh webhook, so reservations made by one do not decide the
+/// other.
+fn assert_same_answer(body: &[u8]) {
+    let expected = match webhook().review_json(body) {
+        Ok(review) => (StatusCode::OK, serde_json::to_vec(&review).unwrap()),
+        Err(error) => {
+            let response = error.into_response();
+            (response.status(), body_of(response))
+        }
+    };
+    let response = webhook().respond(body);
+    let status = response.status();
+    if status == StatusCode::OK {
+        assert_eq!(
+            response.headers().get("content-type").unwrap(),
+            "application/json"
+        );
+    }
+    let actual = (status, body_of(response));
+    assert_eq!(
+        (actual.0, String::from_utf8_lossy(&actual.1)),
+        (expected.0, String::from_utf8_lossy(&expected.1)),
+        "for {}",
+        String::from_utf8_lossy(body)
+    );
+}
+
+fn body_of(response: axum::response::Response) -> Vec<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+        .unwrap()
+        .to_vec()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn the_handler_answers_with_kube_cores_bytes(
+        case in review_model(),
+        mutations in prop::collection::vec(
+            (prop::collection::vec(any::<usize>(), 0..6), model::<Mutation>(256)),
+            0..3,
+        ),
+    ) {
+        let mut json = case.json();
+        for (path, m) in &mutations {
+            m.apply(&mut json, path);
+        }
+        assert_same_answer(json.render().as_bytes());
+    }
+}
+
+#[test]
+fn the_handler_answers_every_kind_of_verdict_with_kube_cores_bytes() {
+    let review = |operation: &str, name: &str, priority: &str, user: &str, extra: &str| {
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u-\"1\"","kind":{{"group":"crd.antrea.io","version":"v1beta1","kind":"Tier"}},"name":"{name}","operation":"{operation}","userInfo":{{"username":"{user}"}},"object":{{"metadata":{{"name":"{name}"}},"spec":{{"priority":{priority}}}}},"oldObject":{{"metadata":{{"name":"{name}"}},"spec":{{"priority":10}}}}{extra}}}}}"#
+        )
+    };
+    for body in [
+        review("CREATE", "mine", "120", "alice", ""), // allowed
+        review("CREATE", "mine", "120", "alice", r#","dryRun":true"#),
+        review("CREATE", "mine", "250", "alice", ""), // overlaps baseline: a rule denial
+        review("CREATE", "Not_Valid", "120", "alice", ""), // 400, BadRequest
+        review("CREATE", "mine", "\"x\"", "alice", ""), // no integer priority
+        review("UPDATE", "mine", "11", "alice", ""),  // priority change by a user
+        review("UPDATE", "mine", "10", "alice", ""),  // no change: allowed
+        review("DELETE", "application", "10", "alice", ""), // reserved name
+        review("CONNECT", "mine", "10", "alice", ""),
+        r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","userInfo":{}}}"#.to_owned(),
+        r#"{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview"}"#.to_owned(),
+        r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_owned(),
+        "{".to_owned(),
+    ] {
+        assert_same_answer(body.as_bytes());
+    }
+    // Not synced: code 503, reason and retryAfterSeconds in details.
+    let lister: Arc<dyn TierLister> = Arc::new(FixedLister::new(Snapshot::default()));
+    let readiness = Readiness::new();
+    readiness.register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()));
+    let unsynced = Webhook::new(lister, AdmissionPolicy::antrea(CONTROLLER), &readiness);
+    let body = review("CREATE", "mine", "120", "alice", "");
+    let expected = serde_json::to_vec(&unsynced.review_json(body.as_bytes()).unwrap()).unwrap();
+    let actual = body_of(unsynced.respond(body.as_bytes()));
+    assert_eq!(
+        String::from_utf8_lossy(&actual),
+        String::from_utf8_lossy(&expected)
+    );
+    assert!(String::from_utf8_lossy(&actual).contains(r#""details":{"retryAfterSeconds":1}"#));
+}
+
 #[test]
 fn deep_nesting_is_refused_quickly() {
     let webhook = webhook();

@@ -17,15 +17,18 @@ use std::sync::{Arc, OnceLock};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
+#[cfg(test)]
 use kube::core::DynamicObject;
+#[cfg(test)]
 use kube::core::admission::AdmissionReview;
 use tier_kube::ControllerIdentity;
 use tier_server::Webhook;
 pub use tier_server::webhook::IDENTITY_PENDING;
-use tier_server::webhook::{MAX_REVIEW_BYTES, PATH, ReviewError};
+#[cfg(test)]
+use tier_server::webhook::ReviewError;
+use tier_server::webhook::{MAX_REVIEW_BYTES, PATH};
 
 /// A user name no request carries: the webhook built before the identity is known refuses
 /// every priority change first ([`Webhook::identity_pending`]), and this makes sure it could
@@ -68,45 +71,27 @@ impl IdentityGated {
         Router::new()
             .route(PATH, post(handle))
             .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
-            .with_state(self)
+            .with_state(Arc::new(self))
     }
 
     /// Reviews one AdmissionReview body: with the full policy once the identity is known,
     /// before that with the webhook that refuses priority changes as pending.
+    #[cfg(test)]
     pub(crate) fn review_json(
         &self,
         body: &[u8],
     ) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
-        match self.known() {
-            Some(webhook) => webhook.review_json(body),
-            None => self.pending.review_json(body),
-        }
+        self.webhook().review_json(body)
+    }
+
+    /// The webhook reviewing now: the full one once the identity is known, else the pending one.
+    fn webhook(&self) -> &Webhook {
+        self.known().unwrap_or(&self.pending)
     }
 }
 
-async fn handle(State(webhook): State<IdentityGated>, body: Bytes) -> Response {
-    let review = match webhook.review_json(&body) {
-        Ok(review) => review,
-        Err(error) => return error.into_response(),
-    };
-    match serde_json::to_vec(&review) {
-        Ok(json) => {
-            let mut response = json.into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        Err(error) => {
-            tracing::error!(%error, "encoding the admission response failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "encoding the admission response failed; see tierd's log\n",
-            )
-                .into_response()
-        }
-    }
+async fn handle(State(gated): State<Arc<IdentityGated>>, body: Bytes) -> Response {
+    gated.webhook().respond(&body)
 }
 
 #[cfg(test)]
