@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// Why a write failed, as far as the state machine cares. Adapters map their errors into one of
-/// these; each class has its own retry rule (see [`crate::machine`]). Every class is retried.
+/// these; each class has its own retry rule (see [`TierMachine`](crate::TierMachine)). Every class is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ErrorClass {
     /// The write was based on an outdated view (AlreadyExists, Conflict, NotFound on update):

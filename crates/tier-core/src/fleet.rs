@@ -1,49 +1,4 @@
 //! The fleet: every desired Tier's machine and all cross-Tier logic, synchronous and sans-I/O.
-//!
-//! A [`Fleet`] is to [`TierMachine`] what quinn-proto's `Endpoint` is to its `Connection`: it
-//! fans a [`Snapshot`] out to the machines, predicts from the observed set which creates the
-//! admission rules would deny (calling [`admission::review`], the one copy of those rules) and
-//! names the Tiers in the way, derives each Tier's jitter seed from one seed, latches
-//! "initialized" per Tier, queues every event and shares what one call learns about the server:
-//! after a transient failure only one Tier (the *probe*) retries the Tiers that failed so, and
-//! after a create refused for a missing permission only one Tier creates, each on the fleet's
-//! backoff with the role rotating among the Tiers concerned; an answer ends the hold, a timer
-//! releases it ([`OUTAGE_RELEASE`], [`PROBE_RELEASE`]), and a failure only one object gets is
-//! recognised as its own ([`LONE_FAILURES`]). It owns no timer and does no I/O; the async
-//! [`Driver`](crate::Driver) is a thin loop around it, and tests step it by hand.
-//!
-//! Call order, over and over: inputs ([`handle_snapshot`](Fleet::handle_snapshot),
-//! [`handle_outcome`](Fleet::handle_outcome), [`handle_timeout`](Fleet::handle_timeout)), then
-//! outputs ([`poll_action`](Fleet::poll_action) until `None`, [`poll_event`](Fleet::poll_event)
-//! until `None`, [`poll_timeout`](Fleet::poll_timeout)), then [`status`](Fleet::status).
-//!
-//! ```
-//! use std::time::Instant;
-//! use tier_core::{Action, DesiredSet, Fleet, FleetConfig, ObservedTier, Snapshot, TierState};
-//!
-//! let now = Instant::now();
-//! let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), now)?;
-//! let squatter = ObservedTier {
-//!     name: "team-a".into(),
-//!     priority: 150,
-//!     description: String::new(),
-//!     resource_version: "1".into(),
-//!     last_writer: None,
-//! };
-//! fleet.handle_snapshot(&Snapshot::synced(1, [squatter]), now);
-//! let mut creates = Vec::new();
-//! while let Some((_, action)) = fleet.poll_action(now) {
-//!     creates.push(action.tier().name.clone());
-//! }
-//! assert!(!creates.contains(&"networkops".to_owned()), "no doomed create");
-//! let status = fleet.status();
-//! let networkops = status.tiers.iter().find(|t| t.name == "networkops").unwrap();
-//! assert_eq!(
-//!     networkops.to_string(),
-//!     "networkops blocked: priority 150 is held by Tier team-a"
-//! );
-//! # Ok::<(), tier_core::ConfigError>(())
-//! ```
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -129,7 +84,53 @@ struct Hold {
     sent_at: Option<Instant>,
 }
 
-/// Every desired Tier's [`TierMachine`], and what spans them. See the [module docs](self).
+/// Every desired Tier's [`TierMachine`], and what spans them.
+///
+/// A [`Fleet`] is to [`TierMachine`] what quinn-proto's `Endpoint` is to its `Connection`: it
+/// fans a [`Snapshot`] out to the machines, predicts from the observed set which creates the
+/// admission rules would deny (calling [`admission::review`], the one copy of those rules) and
+/// names the Tiers in the way, derives each Tier's jitter seed from one seed, latches
+/// "initialized" per Tier, queues every event and shares what one call learns about the server:
+/// after a transient failure only one Tier (the *probe*) retries the Tiers that failed so, and
+/// after a create refused for a missing permission only one Tier creates, each on the fleet's
+/// backoff with the role rotating among the Tiers concerned; an answer ends the hold, a timer
+/// releases it ([`OUTAGE_RELEASE`], [`PROBE_RELEASE`]), and a failure only one object gets is
+/// recognised as its own ([`LONE_FAILURES`]). It owns no timer and does no I/O; the async
+/// [`Driver`](crate::Driver) is a thin loop around it, and tests step it by hand.
+///
+/// Call order, over and over: inputs ([`handle_snapshot`](Fleet::handle_snapshot),
+/// [`handle_outcome`](Fleet::handle_outcome), [`handle_timeout`](Fleet::handle_timeout)), then
+/// outputs ([`poll_action`](Fleet::poll_action) until `None`, [`poll_event`](Fleet::poll_event)
+/// until `None`, [`poll_timeout`](Fleet::poll_timeout)), then [`status`](Fleet::status).
+///
+/// ```
+/// use std::time::Instant;
+/// use tier_core::{Action, DesiredSet, Fleet, FleetConfig, ObservedTier, Snapshot, TierState};
+///
+/// let now = Instant::now();
+/// let mut fleet = Fleet::new(&DesiredSet::antrea(), FleetConfig::default(), now)?;
+/// let squatter = ObservedTier {
+///     name: "team-a".into(),
+///     priority: 150,
+///     description: String::new(),
+///     resource_version: "1".into(),
+///     last_writer: None,
+/// };
+/// fleet.handle_snapshot(&Snapshot::synced(1, [squatter]), now);
+/// let mut creates = Vec::new();
+/// while let Some((_, action)) = fleet.poll_action(now) {
+///     creates.push(action.tier().name.clone());
+/// }
+/// assert!(!creates.contains(&"networkops".to_owned()), "no doomed create");
+/// let status = fleet.status();
+/// let networkops = status.tiers.iter().find(|t| t.name == "networkops").unwrap();
+/// assert_eq!(
+///     networkops.to_string(),
+///     "networkops blocked: priority 150 is held by Tier team-a"
+/// );
+/// # Ok::<(), tier_core::ConfigError>(())
+/// ```
+///
 ///
 /// # Liveness
 ///

@@ -3,37 +3,43 @@
 //! This crate is deterministic: it does no networking, reads no clock and knows no Kubernetes
 //! type. Time comes in as [`std::time::Instant`] values, randomness from a seed.
 //!
-//! - [`spec`]: the desired set of Tiers and its validation rules ([`DesiredSet::antrea`] is the
-//!   default).
-//! - [`observe`]: what a cache observed, and [`decide`], the pure decision for one Tier.
-//! - [`machine`]: [`TierMachine`], the per-Tier state machine (inputs, outputs, events, status).
-//! - [`fleet`]: [`Fleet`], every machine and all cross-Tier logic (snapshot fan-out, blocker
-//!   prediction, the initialized latch, seeds, events), synchronous and steppable in tests.
-//! - [`ports`]: the async traits a backend implements: [`TierLister`], [`TierWriter`], [`Clock`].
-//! - [`driver`]: [`Driver`], the thin async loop that runs a fleet against the ports.
-//! - [`status`]: the published [`Status`] and the "system Tiers initialized" signal.
-//! - [`admission`]: Antrea's Tier admission rules as a pure function, shared by every backend
-//!   that emulates the API server and by tierd's own webhook.
+//! Every item has one path, at the crate root (`tier_core::DesiredSet`), except Antrea's
+//! admission rules, which keep their namespace, [`admission`]: the one copy that every backend
+//! emulating the API server and tierd's own webhook share. Where to start:
+//!
+//! - [`DesiredSet`] and [`TierSpec`]: the desired Tiers and their validation
+//!   ([`DesiredSet::antrea`] is the default).
+//! - [`Snapshot`], [`Observed`] and [`decide`]: what a cache observed, and the pure decision for
+//!   one Tier.
+//! - [`TierMachine`]: the per-Tier state machine, its protocol, causes and write budget.
+//! - [`Fleet`]: every machine and all cross-Tier logic (snapshot fan-out, blocker prediction,
+//!   fleet-wide holds and their liveness bound, the initialized latch, seeds, events),
+//!   synchronous and steppable in tests.
+//! - [`TierLister`], [`TierWriter`], [`Clock`]: the async ports a backend implements.
+//! - [`Driver`]: the thin async loop that runs a fleet against the ports.
+//! - [`Status`] and [`StatusHandle`]: what is published, and "system Tiers initialized".
 
 pub mod admission;
-pub mod backoff;
+mod backoff;
 mod budget;
-pub mod driver;
-pub mod error;
-pub mod fleet;
-pub mod machine;
-pub mod observe;
-pub mod ports;
-pub mod spec;
-pub mod status;
+mod driver;
+mod error;
+mod fleet;
+mod machine;
+mod observe;
+mod ports;
+mod spec;
+mod status;
 
 pub use backoff::Backoff;
 pub use driver::{Driver, DriverConfig, EventReceiver, Mode, Stopped, entropy_seed};
 pub use error::{ErrorClass, WriteError};
-pub use fleet::{Fleet, FleetConfig, HoldCause, TierId, predict};
+pub use fleet::{
+    Fleet, FleetConfig, HoldCause, LONE_FAILURES, OUTAGE_RELEASE, PROBE_RELEASE, TierId, predict,
+};
 pub use machine::{
-    Action, Blocker, ConfigError, ContestPolicy, MachineConfig, OutcomeCounts, TierEvent,
-    TierMachine, TierState, TierStatus, WriteHold, WriteKind,
+    Action, Blocker, ConfigError, ContestPolicy, MAX_COUNT, MAX_DURATION, MachineConfig,
+    OutcomeCounts, TierEvent, TierMachine, TierState, TierStatus, WriteHold, WriteKind,
 };
 pub use observe::{
     Decision, FieldWriter, Generation, Observed, ObservedTier, Snapshot, decide, in_sync,
@@ -42,6 +48,7 @@ pub use ports::{Clock, FixedLister, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};
 pub use spec::{
-    DesiredSet, ErrorType, Rule, TierSpec, ValidationError, ValidationRules, Violation,
+    CNP_ADMIN_TIER_PRIORITY, DesiredSet, ErrorType, MAX_PRIORITY, Rule, TierSpec, ValidationError,
+    ValidationRules, Violation, check_dns1123_subdomain,
 };
 pub use status::{DriverStopped, Status, StatusHandle};

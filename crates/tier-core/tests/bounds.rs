@@ -178,7 +178,7 @@ fn run_with(
 
 /// How long after the world allows it a Tier in a transient backoff is written: its own
 /// backoff (at most the 10 s cap), then at most the outage release, 10 s
-/// (`tier_core::fleet::OUTAGE_RELEASE`).
+/// (`tier_core::OUTAGE_RELEASE`).
 const OTHERS_BOUND: Duration = Duration::from_secs(20);
 
 fn fleet(t0: Instant) -> Fleet {
@@ -638,7 +638,7 @@ fn every_timing_field_is_validated_naming_the_field_and_the_range() {
             }
         }
     }
-    for count in [0, tier_core::machine::MAX_COUNT + 1] {
+    for count in [0, tier_core::MAX_COUNT + 1] {
         let mut config = MachineConfig::default();
         config.contest.burst = count;
         assert_eq!(
@@ -653,7 +653,7 @@ fn every_timing_field_is_validated_naming_the_field_and_the_range() {
 fn the_largest_valid_timings_never_overflow() {
     // Every timing at the one-day maximum, every kind of failure, a long run: no panic, and
     // every deadline is in the future.
-    let day = tier_core::machine::MAX_DURATION;
+    let day = tier_core::MAX_DURATION;
     let mut config = FleetConfig::default();
     let m = &mut config.machine;
     for b in [

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tier_core::spec::{MAX_PRIORITY, check_dns1123_subdomain};
+use tier_core::{MAX_PRIORITY, check_dns1123_subdomain};
 use tier_core::{ObservedTier, TierSpec};
 
 use crate::error::ApiError;

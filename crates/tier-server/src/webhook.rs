@@ -88,7 +88,7 @@ use tier_core::admission::{
     AdmissionPolicy, Denial, ReferenceIndex, References, Request, Reservation,
     ReservationConfigError, Reservations, Truncated,
 };
-use tier_core::spec::check_dns1123_subdomain;
+use tier_core::check_dns1123_subdomain;
 use tier_core::{TierLister, TierSpec, TierWriter, WriteError};
 
 use crate::readiness::{ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, Gate, Readiness, TIER_CACHE_SYNCED};

@@ -167,7 +167,7 @@ fn the_facts_agree() {
     );
     assert_eq!(rules.max_distinct_priorities, antrea::MAX_TIERS);
     assert_eq!(
-        tier_core::spec::CNP_ADMIN_TIER_PRIORITY,
+        tier_core::CNP_ADMIN_TIER_PRIORITY,
         antrea::CNP_ADMIN_TIER_PRIORITY
     );
 }

@@ -1,70 +1,4 @@
 //! The per-Tier state machine: deterministic, no I/O, time passed in.
-//!
-//! A [`TierMachine`] owns one desired Tier. Its methods come in three kinds, called in this order
-//! by a [`Fleet`](crate::Fleet), over and over:
-//!
-//! 1. inputs: [`handle_observation`](TierMachine::handle_observation) whenever the cache may have
-//!    changed, [`handle_blocker`](TierMachine::handle_blocker) with what the observed set
-//!    predicts about a create, [`handle_outcome`](TierMachine::handle_outcome) when the call it
-//!    asked for ends, [`handle_server_answered`](TierMachine::handle_server_answered) when the
-//!    server answered another Tier's call (an outage is over),
-//!    [`handle_timeout`](TierMachine::handle_timeout) when the instant from `poll_timeout`
-//!    passes (timers fire only there);
-//! 2. outputs: [`poll_action`](TierMachine::poll_action) (the one call to make now, if any),
-//!    [`poll_timeout`](TierMachine::poll_timeout) (when to wake it next) and
-//!    [`poll_event`](TierMachine::poll_event) (what to tell people, losslessly, in order);
-//! 3. getters: [`status`](TierMachine::status), [`is_converged`](TierMachine::is_converged),
-//!    [`is_ready`](TierMachine::is_ready), [`echo_wait`](TierMachine::echo_wait) and the
-//!    others the fleet reads.
-//!
-//! The module holds one idea per file: [`MachineConfig`] and its validation (`config.rs`),
-//! [`Action`] and [`Blocker`] (`action.rs`), the published [`TierState`] and [`TierStatus`]
-//! (`state.rs`), [`TierEvent`] (`event.rs`), the write budget (`budget.rs`, crate-private),
-//! and the machine itself (here).
-//!
-//! ```text
-//!              observation known
-//!  Unsynced ─────────────────────▶ Ready ──decide: Create/Update──▶ InFlight
-//!                                  ▲ │ ▲ ▲                            │
-//!        in sync (any state but    │ │ │ └──── Waiting ◀── error ────┤
-//!        InFlight) ─▶ Converged    │ │ │  wait over / woken           │ ok
-//!                        │ drift   │ │ └──────── AwaitEcho ◀──────────┘
-//!                        └─────────┘ │ create predicted denied
-//!                                    ├──────▶ Blocked (until the blocker changes)
-//!                                    │ write without a budget token
-//!                                    └──────▶ Hold (until the hold-off ends)
-//! ```
-//!
-//! How a failed call is retried depends on its [`ErrorClass`] (and, for a refusal, its verb):
-//!
-//! | class | next attempt | state |
-//! |---|---|---|
-//! | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before the echo wait (`echo_timeout`, doubled up to the backoff cap once the cache lagged past it, halved again by quick echoes) | retrying |
-//! | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap; at once when the server answers another Tier | retrying |
-//! | denied | after the short `denied_backoff` (the webhook's view lags ours), the transient backoff once that outlasts `denied_warn_after` attempts; never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
-//! | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does; at once when the Tier needs the other verb (a refused update does not delay a create) | forbidden, naming the permission |
-//! | not installed | when the observed set changes (the cache listed again), not within `backoff.initial`; at the latest after `not_installed_retry` | not-installed |
-//!
-//! Every write, whatever its cause, also spends from the Tier's one write budget
-//! ([`ContestPolicy`]): a burst of `burst` writes, then one per hold-off doubling from
-//! `hold_initial` to `hold_cap`. A held write is visible: the Tier is *contested* when its
-//! writes correct someone else's change (a write that restores a Tier observed in sync, its
-//! retries, or a re-create the server accepted after confirming a first create), otherwise
-//! its state keeps the error's cause and [`TierStatus::held`] notes the budget. The budget
-//! (and a contest) recovers once the bucket is full again.
-//!
-//! A create the observed set says will be denied (see [`Blocker`]) is never sent: the machine
-//! is *blocked* until the blocker goes away. After a successful write the machine waits for the
-//! cache to show it (or for the echo wait) before deciding again, so a fault-free run sends
-//! exactly one write per drifted Tier. Sent again from the basis it replaced, a confirmed write
-//! can only meet itself, so once the cache is seen to lag past the echo wait, the wait doubles;
-//! an echo within half of it halves it again, down to `echo_timeout`.
-//!
-//! # Bound
-//!
-//! A Tier whose world allows the write it needs is written within its own wait: at most the
-//! cap of the backoff its last error put it on, or the budget's `hold_cap` (60 s by default),
-//! whichever is longer; fleet-wide holds add at most what [`Fleet`](crate::Fleet) documents.
 
 mod action;
 mod config;
@@ -147,7 +81,74 @@ struct Contest {
     by: Option<FieldWriter>,
 }
 
-/// The state machine of one desired Tier. See the [module docs](self) for the protocol.
+/// The state machine of one desired Tier: deterministic, no I/O, time passed in.
+///
+/// A [`TierMachine`] owns one desired Tier. Its methods come in three kinds, called in this order
+/// by a [`Fleet`](crate::Fleet), over and over:
+///
+/// 1. inputs: [`handle_observation`](TierMachine::handle_observation) whenever the cache may have
+///    changed, [`handle_blocker`](TierMachine::handle_blocker) with what the observed set
+///    predicts about a create, [`handle_outcome`](TierMachine::handle_outcome) when the call it
+///    asked for ends, [`handle_server_answered`](TierMachine::handle_server_answered) when the
+///    server answered another Tier's call (an outage is over),
+///    [`handle_timeout`](TierMachine::handle_timeout) when the instant from `poll_timeout`
+///    passes (timers fire only there);
+/// 2. outputs: [`poll_action`](TierMachine::poll_action) (the one call to make now, if any),
+///    [`poll_timeout`](TierMachine::poll_timeout) (when to wake it next) and
+///    [`poll_event`](TierMachine::poll_event) (what to tell people, losslessly, in order);
+/// 3. getters: [`status`](TierMachine::status), [`is_converged`](TierMachine::is_converged),
+///    [`is_ready`](TierMachine::is_ready), [`echo_wait`](TierMachine::echo_wait) and the
+///    others the fleet reads.
+///
+/// The module holds one idea per file: [`MachineConfig`] and its validation (`config.rs`),
+/// [`Action`] and [`Blocker`] (`action.rs`), the published [`TierState`] and [`TierStatus`]
+/// (`state.rs`), [`TierEvent`] (`event.rs`), the write budget (`budget.rs`, crate-private),
+/// and the machine itself (here).
+///
+/// ```text
+///              observation known
+///  Unsynced ─────────────────────▶ Ready ──decide: Create/Update──▶ InFlight
+///                                  ▲ │ ▲ ▲                            │
+///        in sync (any state but    │ │ │ └──── Waiting ◀── error ────┤
+///        InFlight) ─▶ Converged    │ │ │  wait over / woken           │ ok
+///                        │ drift   │ │ └──────── AwaitEcho ◀──────────┘
+///                        └─────────┘ │ create predicted denied
+///                                    ├──────▶ Blocked (until the blocker changes)
+///                                    │ write without a budget token
+///                                    └──────▶ Hold (until the hold-off ends)
+/// ```
+///
+/// How a failed call is retried depends on its [`ErrorClass`] (and, for a refusal, its verb):
+///
+/// | class | next attempt | state |
+/// |---|---|---|
+/// | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before the echo wait (`echo_timeout`, doubled up to the backoff cap once the cache lagged past it, halved again by quick echoes) | retrying |
+/// | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap; at once when the server answers another Tier | retrying |
+/// | denied | after the short `denied_backoff` (the webhook's view lags ours), the transient backoff once that outlasts `denied_warn_after` attempts; never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
+/// | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does; at once when the Tier needs the other verb (a refused update does not delay a create) | forbidden, naming the permission |
+/// | not installed | when the observed set changes (the cache listed again), not within `backoff.initial`; at the latest after `not_installed_retry` | not-installed |
+///
+/// Every write, whatever its cause, also spends from the Tier's one write budget
+/// ([`ContestPolicy`]): a burst of `burst` writes, then one per hold-off doubling from
+/// `hold_initial` to `hold_cap`. A held write is visible: the Tier is *contested* when its
+/// writes correct someone else's change (a write that restores a Tier observed in sync, its
+/// retries, or a re-create the server accepted after confirming a first create), otherwise
+/// its state keeps the error's cause and [`TierStatus::held`] notes the budget. The budget
+/// (and a contest) recovers once the bucket is full again.
+///
+/// A create the observed set says will be denied (see [`Blocker`]) is never sent: the machine
+/// is *blocked* until the blocker goes away. After a successful write the machine waits for the
+/// cache to show it (or for the echo wait) before deciding again, so a fault-free run sends
+/// exactly one write per drifted Tier. Sent again from the basis it replaced, a confirmed write
+/// can only meet itself, so once the cache is seen to lag past the echo wait, the wait doubles;
+/// an echo within half of it halves it again, down to `echo_timeout`.
+///
+/// # Bound
+///
+/// A Tier whose world allows the write it needs is written within its own wait: at most the
+/// cap of the backoff its last error put it on, or the budget's `hold_cap` (60 s by default),
+/// whichever is longer; fleet-wide holds add at most what [`Fleet`](crate::Fleet) documents.
+///
 ///
 /// Inputs: [`handle_observation`](Self::handle_observation),
 /// [`handle_blocker`](Self::handle_blocker), [`handle_outcome`](Self::handle_outcome),
