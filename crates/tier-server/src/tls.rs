@@ -362,19 +362,12 @@ impl CertReloader {
 
     /// Reloads every `interval` until `shutdown` resolves, logging rotations and errors. Spawn it.
     pub async fn watch(self: Arc<Self>, interval: Duration, shutdown: impl Future<Output = ()>) {
-        let mut shutdown = std::pin::pin!(shutdown);
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
-        loop {
-            tokio::select! {
-                () = &mut shutdown => return,
-                _ = ticks.tick() => {}
-            }
-            match self.reload().await {
+        let this = &self;
+        every(interval, shutdown, || async move {
+            match this.reload().await {
                 Ok(Reload::Unchanged) => {}
                 Ok(Reload::Rotated) => tracing::info!(
-                    cert = %self.files.cert.display(),
+                    cert = %this.files.cert.display(),
                     "serving certificate reloaded"
                 ),
                 Err(error) => tracing::error!(
@@ -382,7 +375,8 @@ impl CertReloader {
                     "serving certificate not reloaded; the previous one stays in service"
                 ),
             }
-        }
+        })
+        .await;
     }
 
     /// A rustls server configuration (ring provider, safe default protocol versions, no client
@@ -505,19 +499,12 @@ impl ClientAuth {
 
     /// Reloads every `interval` until `shutdown` resolves, logging changes and errors. Spawn it.
     pub async fn watch(self: Arc<Self>, interval: Duration, shutdown: impl Future<Output = ()>) {
-        let mut shutdown = std::pin::pin!(shutdown);
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
-        loop {
-            tokio::select! {
-                () = &mut shutdown => return,
-                _ = ticks.tick() => {}
-            }
-            match self.reload().await {
+        let this = &self;
+        every(interval, shutdown, || async move {
+            match this.reload().await {
                 Ok(Reload::Unchanged) => {}
                 Ok(Reload::Rotated) => tracing::info!(
-                    ca = %self.path.display(),
+                    ca = %this.path.display(),
                     "client CA reloaded"
                 ),
                 Err(error) => tracing::error!(
@@ -525,7 +512,8 @@ impl ClientAuth {
                     "client CA not reloaded; the previous CAs stay trusted"
                 ),
             }
-        }
+        })
+        .await;
     }
 
     fn verifier(&self) -> Arc<dyn ClientCertVerifier> {
@@ -746,4 +734,24 @@ fn parse(
         key: files.key.clone(),
         source,
     })
+}
+
+/// Runs `tick` every `interval` (the first after one interval; missed ticks delayed, never
+/// bunched) until `shutdown` resolves: the polling loop of both reloaders.
+async fn every<F, Fut>(interval: Duration, shutdown: impl Future<Output = ()>, mut tick: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            _ = ticks.tick() => {}
+        }
+        tick().await;
+    }
 }
