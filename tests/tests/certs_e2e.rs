@@ -81,19 +81,9 @@ async fn get_verified(
     Ok((status, served))
 }
 
-/// The Secret as deploy/components/self-signed-cert ships it: type kubernetes.io/tls, empty.
+/// The Secret as deploy/components/self-signed-cert ships it (empty).
 fn install_empty_secret(store: &tier_testserver::Store) {
-    store
-        .put_object(
-            ObjectKind::Secret,
-            "kube-system",
-            json!({
-                "metadata": {"name": "tierd-self-signed-cert", "namespace": "kube-system"},
-                "type": "kubernetes.io/tls",
-                "data": {"tls.crt": "", "tls.key": ""},
-            }),
-        )
-        .unwrap();
+    tier_testserver::install_shipped_secret(store).unwrap();
 }
 
 async fn replica(cluster: &Cluster, dir: &str) -> (Tierd, TempFile, TempFile) {

@@ -42,19 +42,9 @@ fn install_webhook_configuration(store: &tier_testserver::Store) {
         .unwrap();
 }
 
-/// The Secret as deploy/components/self-signed-cert ships it: type kubernetes.io/tls, empty.
+/// The Secret as deploy/components/self-signed-cert ships it (empty).
 fn install_empty_secret(store: &tier_testserver::Store) {
-    store
-        .put_object(
-            ObjectKind::Secret,
-            "kube-system",
-            json!({
-                "metadata": {"name": "tierd-self-signed-cert", "namespace": "kube-system"},
-                "type": "kubernetes.io/tls",
-                "data": {"tls.crt": "", "tls.key": ""},
-            }),
-        )
-        .unwrap();
+    tier_testserver::install_shipped_secret(store).unwrap();
 }
 
 fn decoded(value: &serde_json::Value) -> String {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tier_core::DesiredSet;
 use tier_kube::certs::SelfSignedConfig;
 use tier_server::readiness::TIER_CACHE_SYNCED;
-use tier_testserver::{ObjectKind, ServerConfig, TestApiServer};
+use tier_testserver::{ServerConfig, TestApiServer};
 use tierd::{CONTROLLER_IDENTITY, Clients, Events, SERVING_CERTIFICATE, SelfSigned, Tierd};
 
 const USER: &str = "system:serviceaccount:kube-system:tierd";
@@ -70,18 +70,7 @@ async fn every_fact_waits_behind_its_check_until_the_api_server_appears() {
     let server = TestApiServer::start(ServerConfig::default().user("tierd-token", USER).port(port))
         .await
         .unwrap();
-    server
-        .store()
-        .put_object(
-            ObjectKind::Secret,
-            "kube-system",
-            serde_json::json!({
-                "metadata": {"name": "tierd-self-signed-cert", "namespace": "kube-system"},
-                "type": "kubernetes.io/tls",
-                "data": {"tls.crt": "", "tls.key": ""},
-            }),
-        )
-        .unwrap();
+    tier_testserver::install_shipped_secret(&server.store()).unwrap();
     tokio::time::timeout(PATIENCE, tierd.certificate_settled())
         .await
         .unwrap();
