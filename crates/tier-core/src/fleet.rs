@@ -470,8 +470,8 @@ impl<C: Controller> Fleet<C> {
     }
 
     /// Whether Tier `id` wants a create the cache allows but that, together with the creates
-    /// of other Tiers sent and not yet shown by the cache, the admission rules would deny
-    /// (for example, with Antrea, two creates that jointly exceed its limit of distinct priorities).
+    /// of other Tiers sent and not yet shown by the cache, the admission rules would deny (for
+    /// example, with Antrea, two creates that jointly exceed its limit of distinct priorities).
     fn jointly_denied(&self, id: TierId) -> bool {
         let (Some(policy), Some(tiers)) = (&self.admission, &self.snapshot.tiers) else {
             return false;
