@@ -8,7 +8,7 @@ mod common;
 use std::time::Instant;
 
 use common::{Fault, MS, S, World, converged, fleet, id_of, refused, run};
-use tier_core::{Action, DesiredSet, Fleet, TierId, TierState, WriteError};
+use tier_core::{Action, DesiredSet, Fleet, FleetConfig, TierId, TierSpec, TierState, WriteError};
 
 /// Puts Tier `name` into `world` exactly as desired.
 fn put_desired(world: &mut World, name: &str) {
@@ -278,4 +278,112 @@ fn a_tier_whose_503s_follow_answers_to_others_holds_nobody() {
         fleet.status().tiers[a].state,
         TierState::Retrying { .. }
     ));
+}
+
+#[test]
+fn a_create_hold_does_not_hold_an_update() {
+    // Creates are refused by RBAC (a create hold is on); baseline, present, drifts: its
+    // update goes at once.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    put_desired(&mut world, "baseline");
+    let mut fleet = fleet(t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let calls = take_actions(&mut fleet, t0);
+    assert_eq!(calls.len(), 5);
+    for (id, _) in calls {
+        fleet.handle_outcome(id, Err(refused("create")), t0);
+    }
+    let probe = fleet.create_probe().expect("a create hold");
+    let t1 = t0 + 2 * S;
+    let calls = step(&mut fleet, t1);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, probe);
+    world.put("baseline", 253, "edited");
+    fleet.handle_snapshot(&world.snapshot(), t1 + MS);
+    let calls = step(&mut fleet, t1 + MS);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].1.tier().name, "baseline");
+    assert!(matches!(calls[0].1, Action::Update { .. }));
+}
+
+#[test]
+fn an_outage_that_ends_without_an_answer_leaves_no_longer_backoff_behind() {
+    // Two Tiers; their creates fail with 503 until the probe's backoff has grown, then someone
+    // else creates both: nobody is left in the outage, so it is over. A later one-off 503 of
+    // an update is retried on the first backoff step, not on the old outage's long one.
+    let t0 = Instant::now();
+    let desired = DesiredSet::new(
+        vec![TierSpec::new("a", 10, ""), TierSpec::new("b", 20, "")],
+        &Default::default(),
+    )
+    .unwrap();
+    // A budget that never runs out: only the outage's backoff is at stake.
+    let mut config = FleetConfig::default();
+    config.machine.contest.burst = 1000;
+    let mut fleet = Fleet::new(&desired, config, t0).unwrap();
+    let mut world = World::default();
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let mut now = t0;
+    while now < t0 + 8 * S {
+        for (id, _) in take_actions(&mut fleet, now) {
+            fleet.handle_outcome(id, Err(WriteError::transient("503")), now);
+        }
+        now = fleet.poll_timeout().unwrap().max(now + MS);
+        fleet.handle_timeout(now);
+    }
+    for (id, _) in take_actions(&mut fleet, now) {
+        fleet.handle_outcome(id, Err(WriteError::transient("503")), now);
+    }
+    assert!(fleet.probe().is_some(), "an outage");
+    world.put("a", 10, "");
+    world.put("b", 20, "");
+    fleet.handle_snapshot(&world.snapshot(), now);
+    assert!(take_actions(&mut fleet, now).is_empty());
+    assert!(fleet.is_converged());
+    assert_eq!(
+        fleet.probe(),
+        None,
+        "the outage concerns nobody: it is over"
+    );
+    let t1 = now + MS;
+    world.put("b", 21, "");
+    fleet.handle_snapshot(&world.snapshot(), t1);
+    let calls = step(&mut fleet, t1);
+    assert_eq!(calls.len(), 1);
+    fleet.handle_outcome(calls[0].0, Err(WriteError::transient("a one-off 503")), t1);
+    let retry = loop {
+        now = fleet.poll_timeout().unwrap();
+        if !step(&mut fleet, now).is_empty() {
+            break now;
+        }
+        assert!(now < t1 + 10 * S);
+    };
+    assert!(retry <= t1 + 250 * MS, "retried after {:?}", retry - t1);
+}
+
+#[test]
+fn an_update_is_never_held_for_a_joint_prediction() {
+    // 19 users' Tiers at 19 priorities; desired a is present (drifted to a user's priority),
+    // b is missing. b's create fits (20 distinct priorities); a's update goes in the same
+    // step: joint prediction concerns creates only.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    for p in 0..19 {
+        world.put(&format!("user-{p}"), p, "");
+    }
+    world.put("a", 18, "");
+    let desired = DesiredSet::new(
+        vec![TierSpec::new("b", 101, ""), TierSpec::new("a", 100, "")],
+        &Default::default(),
+    )
+    .unwrap();
+    let mut fleet = Fleet::new(&desired, FleetConfig::default(), t0).unwrap();
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let calls = take_actions(&mut fleet, t0);
+    let kinds: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|(_, a)| (a.tier().name.as_str(), a.verb()))
+        .collect();
+    assert_eq!(kinds, [("b", "create"), ("a", "update")]);
 }
