@@ -15,7 +15,8 @@ use tier_core::{FixedLister, ObservedTier, Snapshot, TierLister};
 use tier_server::readiness::{
     ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED, from_fn,
 };
-use tier_server::{PolicyReferences, Readiness, Webhook};
+use tier_server::webhook::{PolicyReferences, Webhook};
+use tier_server::readiness::Readiness;
 
 pub use tier_fuzz_model::CONTROLLER;
 use tier_fuzz_model::SYSTEM;

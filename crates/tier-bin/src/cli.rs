@@ -405,8 +405,8 @@ pub struct HttpArgs {
 
 impl HttpArgs {
     /// The limits these flags describe.
-    pub fn limits(&self) -> tier_server::Limits {
-        tier_server::Limits {
+    pub fn limits(&self) -> tier_server::conn::Limits {
+        tier_server::conn::Limits {
             client_hello_timeout: self.client_hello_timeout,
             handshake_timeout: self.handshake_timeout,
             idle_timeout: self.idle_timeout,
@@ -415,7 +415,7 @@ impl HttpArgs {
             max_connections: self.max_connections,
             max_handshakes: self.max_handshakes,
             max_body_bytes_held: self.max_body_bytes_held,
-            ..tier_server::Limits::default()
+            ..tier_server::conn::Limits::default()
         }
     }
 }
@@ -579,7 +579,7 @@ mod tests {
         assert_eq!(args.probe_listen.port(), 8081);
         assert!(args.metrics_listen.ip().is_loopback());
         assert!(!args.metrics_auth);
-        assert_eq!(args.http.limits(), tier_server::Limits::default());
+        assert_eq!(args.http.limits(), tier_server::conn::Limits::default());
         // The old flag still works.
         let cli = Cli::try_parse_from(["tierd", "run", "--listen", "127.0.0.1:1"]).unwrap();
         let Command::Run(args) = cli.command else {

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister};
-use tier_kube::{ClientOptions, WriterConfig};
+use tier_kube::client::ClientOptions;
+use tier_kube::writer::WriterConfig;
 
 use crate::cli::{ClusterArgs, EnsureArgs, Output, PlanArgs, exit};
 use tierd::tiers_file;
@@ -30,13 +31,13 @@ pub enum CommandError {
     /// No client could be built from the kubeconfig, the context or the in-cluster
     /// configuration (exit 2: the configuration is input; no request was sent).
     #[error(transparent)]
-    Client(#[from] tier_kube::ClientError),
+    Client(#[from] tier_kube::client::ClientError),
     /// The Tier cache could not be started (exit 1).
     #[error(transparent)]
-    Lister(#[from] tier_kube::ListerError),
+    Lister(#[from] tier_kube::lister::ListerError),
     /// The CRD could not be rendered (exit 1).
     #[error(transparent)]
-    Crd(#[from] tier_kube::CrdError),
+    Crd(#[from] tier_kube::crd::CrdError),
     /// `plan`'s Tier cache did not sync in time (exit 2, as every `plan` error).
     #[error("the Tier cache did not sync within {after:?} from {server}: {}", cache_words(.cache))]
     SyncTimeout {

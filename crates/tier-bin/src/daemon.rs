@@ -18,8 +18,8 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tier_core::DesiredSet;
 use tier_kube::certs::SelfSignedConfig;
+use tier_server::server::{Server, ServerMetrics};
 use tier_server::tls::{CertFiles, CertReloader};
-use tier_server::{Server, ServerMetrics};
 use tierd::{Clients, Events, SelfSigned, Tierd};
 use tokio::task::JoinSet;
 
@@ -122,7 +122,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
     };
     // Only the webhook port asks for client certificates (probes stay plain for the kubelet).
     let client_auth = match &args.client_ca {
-        Some(ca) => Some(tier_server::ClientAuth::load(ca, args.client_names.clone()).await?),
+        Some(ca) => Some(tier_server::tls::ClientAuth::load(ca, args.client_names.clone()).await?),
         None => None,
     };
     // `--webhook-listen ""`: no webhook port (beside Antrea nothing calls it).
@@ -210,7 +210,7 @@ struct Pending {
     /// The metrics listener.
     metrics: tokio::net::TcpListener,
     /// The client-certificate check of the webhook port (`--client-ca`).
-    client_auth: Option<Arc<tier_server::ClientAuth>>,
+    client_auth: Option<Arc<tier_server::tls::ClientAuth>>,
 }
 
 /// Starts the webhook and metrics servers (TLS when certificates are given; the self-signed

@@ -11,8 +11,8 @@
 //! | `TooManyRequests`, `InternalError`, `ServiceUnavailable`, `ServerTimeout`, `Timeout`, `StorageReadError` | 408, 429, 5xx | [`Transient`](ErrorClass::Transient) |
 //! | anything else | anything else (0, 1xx, 2xx, 3xx, >= 600) | [`Transient`](ErrorClass::Transient) (the default) |
 //!
-//! These functions do not know the verb; the [`KubeWriter`](crate::KubeWriter) turns a 404 on
-//! create (the CRD is missing) into [`NotInstalled`](ErrorClass::NotInstalled).
+//! These functions do not know the verb; the [`KubeWriter`](crate::writer::KubeWriter) turns a 404
+//! on create (the CRD is missing) into [`NotInstalled`](ErrorClass::NotInstalled).
 //!
 //! Errors that never reached the server are transient (connection refused or reset, TLS
 //! handshake, body read), except for local configuration problems a person must fix
@@ -25,7 +25,7 @@
 //! # Retry-After
 //!
 //! `kube::Error::Api` carries the parsed `Status` only: kube 5 drops the response headers. The
-//! [`KubeWriter`](crate::KubeWriter) therefore sends its requests with `Client::send` (same
+//! [`KubeWriter`](crate::writer::KubeWriter) therefore sends its requests with `Client::send` (same
 //! request builder, same middleware stack) and reads the `Retry-After` header itself, via
 //! [`classify_response`]. When the header is absent, `details.retryAfterSeconds` of the
 //! `Status` is used (kube-apiserver sets both for its own 429 and 504 answers). Only the

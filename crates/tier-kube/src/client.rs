@@ -13,11 +13,11 @@
 //!
 //! # Retries
 //!
-//! kube 5 wraps every client in a retry layer that repeats 429, 503 and 504 answers up to 15
-//! times. For tierd's writes that would hide failures from the core (and its status) for
-//! minutes, so [`KubeWriter`](crate::KubeWriter) should get a client from [`writer_client`],
-//! which sets `kube::Config::default_retry` to `false`: every failure reaches the core once,
-//! and the core's backoff is the only retry loop for writes.
+//! kube 5 wraps every client in a retry layer that repeats 429, 503 and 504 answers up to 15 times.
+//! For tierd's writes that would hide failures from the core (and its status) for minutes, so
+//! [`KubeWriter`](crate::writer::KubeWriter) should get a client from [`writer_client`], which sets
+//! `kube::Config::default_retry` to `false`: every failure reaches the core once, and the core's
+//! backoff is the only retry loop for writes.
 //!
 //! Nothing else changes: [`client`] and [`client_from_config`] keep kube's defaults, so an
 //! embedder's shared client (its own calls, the Tier watch, Events) keeps its retries. tierd
@@ -30,8 +30,8 @@
 //! of, or ambiguity between, providers. [`client`] and [`client_from_config`] call it.
 //!
 //! ```no_run
-//! # async fn example() -> Result<(), tier_kube::ClientError> {
-//! let options = tier_kube::ClientOptions {
+//! # async fn example() -> Result<(), tier_kube::client::ClientError> {
+//! let options = tier_kube::client::ClientOptions {
 //!     context: Some("kind-antrea".into()),
 //!     ..Default::default()
 //! };
@@ -130,7 +130,7 @@ pub fn client_from_config(config: Config) -> Result<Client, ClientError> {
 }
 
 /// A client for `config` with kube's retry layer off (whatever `config` said): the one for
-/// [`KubeWriter`](crate::KubeWriter). Must be called within a tokio runtime.
+/// [`KubeWriter`](crate::writer::KubeWriter). Must be called within a tokio runtime.
 pub fn writer_client(mut config: Config) -> Result<Client, ClientError> {
     config.default_retry = false;
     client_from_config(config)

@@ -2,8 +2,8 @@
 //! (HTTP code, reason, message) or the network error underneath, and what to do about it.
 //!
 //! kube's own `Display` of an API error embeds the Rust `Debug` of the `Status`, and that of a
-//! connection failure stops at "client error (Connect)", hiding "connection refused" in the
-//! source chain. [`watch_error`] is what the [`KubeLister`](crate::KubeLister) keeps as its last
+//! connection failure stops at "client error (Connect)", hiding "connection refused" in the source
+//! chain. [`watch_error`] is what the [`KubeLister`](crate::lister::KubeLister) keeps as its last
 //! error and what `tierd` prints when the Tier cache does not sync.
 //!
 //! ```
@@ -144,7 +144,7 @@ mod tests {
         drop(listener);
         let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let api: kube::Api<crate::Tier> = kube::Api::all(client);
+        let api: kube::Api<crate::crd::Tier> = kube::Api::all(client);
         let error = api.list(&Default::default()).await.unwrap_err();
         let text = watch_error(&watcher::Error::InitialListFailed(error));
         assert_eq!(

@@ -18,7 +18,7 @@
 //! naming no user is never fatal.
 //!
 //! ```no_run
-//! # async fn example(client: kube::Client) -> Result<(), tier_kube::IdentityError> {
+//! # async fn example(client: kube::Client) -> Result<(), tier_kube::identity::IdentityError> {
 //! let user = tier_kube::identity::whoami(&client).await?;
 //! println!("tierd's writes are made as {user}");
 //!

@@ -1,16 +1,19 @@
 //! The Kubernetes adapter of tierd: Antrea's `Tier` CRD and the core's ports on kube-rs 5.
 //!
-//! - [`crd`]: the [`Tier`] custom resource, its CRD ([`crd::crd_yaml`]) and the mapping to the
-//!   core's [`ObservedTier`](tier_core::ObservedTier).
-//! - [`lister`]: [`KubeLister`], the [`TierLister`](tier_core::TierLister) port on a
-//!   kube-runtime watcher and reflector; it also exposes the reflector's store and watch health.
-//! - [`writer`]: [`KubeWriter`], the [`TierWriter`](tier_core::TierWriter) port (POST to create,
-//!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
+//! - [`crd`]: the [`Tier`](crd::Tier) custom resource, its CRD ([`crd::crd_yaml`]) and the mapping
+//!   to the core's [`ObservedTier`](tier_core::ObservedTier).
+//! - [`lister`]: [`KubeLister`], the [`TierLister`](tier_core::TierLister) port
+//!   on a kube-runtime watcher and reflector; it also exposes the reflector's store and watch
+//!   health.
+//! - [`writer`]: [`KubeWriter`], the [`TierWriter`](tier_core::TierWriter) port
+//!   (POST to create, PUT with a resourceVersion precondition to update), each call bounded by a
+//!   timeout.
 //! - [`certs`]: `--self-signed-cert`: a CA and serving certificate kept in a Secret
 //!   (filling the Secret the install ships empty, checked before use, renewed before expiry)
 //!   and in the webhook configuration's `caBundle`.
-//! - [`policies`]: [`PolicyCache`], Antrea ClusterNetworkPolicies and NetworkPolicies indexed
-//!   by raw `spec.tier`, for the webhook's DELETE rule (a missing CRD counts as synced and empty).
+//! - [`policies`]: [`PolicyCache`](policies::PolicyCache), Antrea ClusterNetworkPolicies and
+//!   NetworkPolicies indexed by raw `spec.tier`, for the webhook's DELETE rule (a missing CRD
+//!   counts as synced and empty).
 //! - [`classify`]: `kube::Error` and HTTP answers to the core's
 //!   [`WriteError`](tier_core::WriteError) classes, with `Retry-After`.
 //! - [`explain`]: watch and client failures in words (HTTP code, reason, message, network
@@ -19,21 +22,25 @@
 //! - [`client`]: building a [`kube::Client`] from a kubeconfig, a context or the in-cluster
 //!   service account: the shared one with kube's defaults, the writer's with retries off.
 //! - [`identity`]: who the client authenticates as (`SelfSubjectReview`), the default user the
-//!   webhook lets change priorities, learned in the background ([`ControllerIdentity`]).
+//!   webhook lets change priorities, learned in the background
+//!   ([`ControllerIdentity`](identity::ControllerIdentity)).
 //! - [`auth`]: a bearer token and a non-resource request reviewed by the API server
 //!   (TokenReview, SubjectAccessReview), for `/metrics`.
-//! - [`backoff`]: [`RetryBackoff`], the capped, jittered retry pace of the watches and
-//!   start-up requests.
+//! - [`backoff`]: [`RetryBackoff`](backoff::RetryBackoff), the capped, jittered retry pace of the
+//!   watches and start-up requests.
 //!
-//! One watch, one store: the writer is made from the lister (it updates from the lister's
-//! store), and a lister can sit on an embedder's own reflector ([`KubeLister::shared`]). A
-//! complete controller embedding tierd this way, run in CI against the test API server, is
-//! `examples/embed-controller` (see README, "Embedding tierd").
+//! One watch, one store: the writer is made from the lister (it updates from the lister's store),
+//! and a lister can sit on an embedder's own reflector
+//! ([`KubeLister::shared`]). A complete controller embedding tierd this
+//! way, run in CI against the test API server, is `examples/embed-controller` (see README,
+//! "Embedding tierd").
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use tier_core::{DesiredSet, DriverConfig, Mode};
-//! use tier_kube::{ClientOptions, KubeLister, WriterConfig};
+//! use tier_kube::client::ClientOptions;
+//! use tier_kube::lister::KubeLister;
+//! use tier_kube::writer::WriterConfig;
 //!
 //! let config = tier_kube::client::config(&ClientOptions::default()).await?;
 //! let client = tier_kube::client::client_from_config(config.clone())?; // shared, retries on
@@ -60,11 +67,9 @@ pub mod lister;
 pub mod policies;
 pub mod writer;
 
-pub use backoff::RetryBackoff;
-pub use client::{ClientError, ClientOptions};
-pub use crd::{CrdError, Tier};
-pub use identity::{ControllerIdentity, IdentityError, IdentityState};
-pub use kube_tier::KubeTier;
-pub use lister::{KubeLister, ListerError, ListerFeed, WatchStats};
-pub use policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache};
+// Second paths, kept only while `lister.rs` and `writer.rs` link to them (their owner's next
+// change); every other caller uses `lister::` and `writer::`.
+#[doc(no_inline)]
+pub use lister::{KubeLister, ListerError};
+#[doc(no_inline)]
 pub use writer::{KubeWriter, WriterConfig};

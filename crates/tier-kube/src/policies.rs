@@ -1,7 +1,7 @@
 //! [`PolicyCache`]: which Antrea policies name which Tier, for the webhook's DELETE rule.
 //!
-//! Antrea denies deleting a Tier that a policy still names in its raw `spec.tier` (no
-//! defaulting): first counting Antrea ClusterNetworkPolicies (`clusternetworkpolicies.crd.antrea.io`,
+//! Antrea denies deleting a Tier that a policy still names in its raw `spec.tier` (no defaulting):
+//! first counting Antrea ClusterNetworkPolicies (`clusternetworkpolicies.crd.antrea.io`,
 //! cluster-scoped), then Antrea NetworkPolicies (`networkpolicies.crd.antrea.io`, namespaced, all
 //! namespaces). One [`PolicyCache`] watches one of the two resources (v1beta1) and keeps only an
 //! index `spec.tier → count`, plus one entry per policy so deletes and moves are counted right.
@@ -22,7 +22,7 @@
 //! list leaves it unsynced, with the error kept for `/readyz?verbose`.
 //!
 //! ```no_run
-//! # async fn example(client: kube::Client) -> Result<(), tier_kube::ListerError> {
+//! # async fn example(client: kube::Client) -> Result<(), tier_kube::lister::ListerError> {
 //! use tier_core::admission::ReferenceIndex;
 //! use tier_kube::policies::{ClusterNetworkPolicies, PolicyCache};
 //!

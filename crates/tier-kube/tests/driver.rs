@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{Harness, PATIENCE, antrea_admission, start};
 use tier_core::{Backoff, DesiredSet, DriverConfig, MachineConfig, Mode, Stopped, TierState};
-use tier_kube::{KubeLister, WriterConfig};
+use tier_kube::lister::KubeLister;
+use tier_kube::writer::WriterConfig;
 use tier_runtime::Ensurer;
 use tier_testserver::{Fault, Verb};
 

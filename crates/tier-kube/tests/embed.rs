@@ -13,7 +13,9 @@ use common::{PATIENCE, USER, start, synced};
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tier_core::{DesiredSet, DriverConfig, Mode, Stopped, TierLister};
-use tier_kube::{IdentityError, KubeLister, Tier};
+use tier_kube::crd::Tier;
+use tier_kube::identity::IdentityError;
+use tier_kube::lister::KubeLister;
 use tier_testserver::{Fault, ServerConfig, Verb};
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tier_kube::{ControllerIdentity, IdentityState};
+use tier_kube::identity::{ControllerIdentity, IdentityState};
 use tier_testserver::{ServerConfig, TestApiServer};
 
 const USER: &str = "system:serviceaccount:kube-system:tierd";

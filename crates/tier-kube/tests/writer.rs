@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{Harness, USER, spec, start, until};
 use tier_core::{ErrorClass, TierWriter, WriteError};
-use tier_kube::{ClientOptions, KubeWriter, WriterConfig};
+use tier_kube::client::ClientOptions;
+use tier_kube::writer::{KubeWriter, WriterConfig};
 use tier_testserver::{Fault, ServerConfig, Verb};
 
 async fn plain() -> Harness {

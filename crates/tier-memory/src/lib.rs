@@ -7,15 +7,15 @@
 //! the store, a cache that can sync late and lag behind, scriptable and seeded random faults, and
 //! a call log. Everything runs on tokio's clock, so tests run on virtual time.
 //!
-//! - [`cluster`]: [`MemoryCluster`] (the API server and its handle) and [`ClusterBuilder`].
+//! - `cluster`: [`MemoryCluster`] (the API server and its handle) and [`ClusterBuilder`].
 //! - `store`: what etcd holds: Tiers by name and the resourceVersion counter (internal).
-//! - [`admission`]: Antrea's `tiervalidator.antrea.io` rules ([`Admission`]).
-//! - [`cache`]: [`MemoryLister`], the informer-like cache ([`SyncMode`], lag).
-//! - [`writer`]: [`MemoryWriter`], one API client.
-//! - [`faults`]: [`Faults`], scripted and [random](RandomFaults) failures, lost responses,
-//!   delays and hangs.
-//! - [`calls`]: [`CallLog`], what was called, how it ended, and how many calls overlapped.
-//! - [`error`]: [`ApiError`], the server's refusals, worded like kube-apiserver's.
+//! - `admission`: Antrea's `tiervalidator.antrea.io` rules ([`Admission`]).
+//! - `cache`: [`MemoryLister`], the informer-like cache ([`SyncMode`], lag).
+//! - `writer`: [`MemoryWriter`], one API client.
+//! - [`faults`]: [`faults::Faults`], scripted and [random](faults::RandomFaults) failures, lost
+//!   responses, delays and hangs.
+//! - `calls`: [`CallLog`], what was called, how it ended, and how many calls overlapped.
+//! - `error`: [`ApiError`], the server's refusals, worded like kube-apiserver's.
 //!
 //! # Architecture invariants
 //!
@@ -44,14 +44,14 @@
 //! # }
 //! ```
 
-pub mod admission;
-pub mod cache;
-pub mod calls;
-pub mod cluster;
-pub mod error;
+mod admission;
+mod cache;
+mod calls;
+mod cluster;
+mod error;
 pub mod faults;
 pub(crate) mod store;
-pub mod writer;
+mod writer;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -60,7 +60,6 @@ pub use cache::{CacheConfig, MemoryLister, SyncMode};
 pub use calls::{CallLog, CallOutcome, CallRecord, Verb};
 pub use cluster::{ClusterBuilder, DEFAULT_CLIENT, MemoryCluster};
 pub use error::{ApiError, WEBHOOK};
-pub use faults::{FaultBuilder, Faults, RandomFaults};
 pub use writer::MemoryWriter;
 
 /// Locks `mutex`, recovering the data if a holder panicked: every critical section here leaves

@@ -6,7 +6,8 @@ use std::time::Duration;
 use tier_core::{
     DesiredSet, DriverConfig, ErrorClass, Mode, Status, Stopped, TierSpec, TierState, WriteError,
 };
-use tier_memory::{CacheConfig, CallOutcome, MemoryCluster, RandomFaults, SyncMode, Verb, faults};
+use tier_memory::faults::RandomFaults;
+use tier_memory::{CacheConfig, CallOutcome, MemoryCluster, SyncMode, Verb, faults};
 use tier_runtime::Ensurer;
 use tokio::time::{Instant, sleep, timeout};
 

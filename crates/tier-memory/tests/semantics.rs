@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use tier_core::{ErrorClass, TierSpec, TierWriter, WriteError};
-use tier_memory::{Admission, ApiError, CallOutcome, MemoryCluster, RandomFaults, Verb, faults};
+use tier_memory::faults::RandomFaults;
+use tier_memory::{Admission, ApiError, CallOutcome, MemoryCluster, Verb, faults};
 use tokio::time::Instant;
 
 fn baseline() -> TierSpec {

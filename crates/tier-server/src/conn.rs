@@ -23,18 +23,18 @@
 //! # The body budget
 //!
 //! Request bodies are the other thing a client makes the server hold: a handler buffers a body
-//! until it is complete, and a client can send all but its last byte and wait for the body
-//! timeout, on every connection. A [`BodyBudget`] bounds the bytes held in unfinished request
-//! bodies across all connections of a server ([`Limits::max_body_bytes_held`], default
-//! 16 MiB). The first [`Limits::max_header_bytes`] of each body are free, as its head was
-//! (so a Tier review of a few KiB never waits for the budget, however full attackers keep
-//! it); beyond them each chunk takes its size from the budget as it arrives, and the request
-//! gives it all back when it finishes (its response is ready) or is dropped (the connection
-//! closed or timed out). A chunk that does not fit waits for bytes to be given back, the
-//! chunks of one request [`BODY_BUDGET_WAIT`] in all; then the request is refused with `503 Service Unavailable`,
-//! `Retry-After: 1` and `Connection: close` (a body larger than the whole budget at once with
-//! `413`), instead of memory growing with the number of connections. Bodies therefore hold at
-//! most [`Limits::max_connections`] × [`Limits::max_header_bytes`] plus the budget.
+//! until it is complete, and a client can send all but its last byte and wait for the body timeout,
+//! on every connection. A [`BodyBudget`] bounds the bytes held in unfinished request bodies across
+//! all connections of a server ([`Limits::max_body_bytes_held`], default 16 MiB). The first
+//! [`Limits::max_header_bytes`] of each body are free, as its head was (so a Tier review of a few
+//! KiB never waits for the budget, however full attackers keep it); beyond them each chunk takes
+//! its size from the budget as it arrives, and the request gives it all back when it finishes (its
+//! response is ready) or is dropped (the connection closed or timed out). A chunk that does not fit
+//! waits for bytes to be given back, the chunks of one request [`BODY_BUDGET_WAIT`] in all; then
+//! the request is refused with `503 Service Unavailable`, `Retry-After: 1` and `Connection: close`
+//! (a body larger than the whole budget at once with `413`), instead of memory growing with the
+//! number of connections. Bodies therefore hold at most [`Limits::max_connections`] ×
+//! [`Limits::max_header_bytes`] plus the budget.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -51,7 +51,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
-/// The limits every connection of a [`Server`](crate::Server) lives under; see the
+/// The limits every connection of a [`Server`](crate::server::Server) lives under; see the
 /// [module docs](self). The defaults suit a webhook behind kube-apiserver (whose own call
 /// timeout is at most 30 s, 5 s for tierd's) and the kubelet's probes (1 s by default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,9 +100,9 @@ impl Default for Limits {
 /// before the request is refused.
 pub const BODY_BUDGET_WAIT: Duration = Duration::from_secs(1);
 
-/// Bytes of unfinished request bodies a server may hold at once; see
-/// [the body budget](self#the-body-budget). Cheap to clone; clones share one budget, so one
-/// budget can bound several servers together ([`Server::body_budget`](crate::Server::body_budget)).
+/// Bytes of unfinished request bodies a server may hold at once; see [the body
+/// budget](self#the-body-budget). Cheap to clone; clones share one budget, so one budget can bound
+/// several servers together ([`Server::body_budget`](crate::server::Server::body_budget)).
 #[derive(Clone, Debug)]
 pub struct BodyBudget {
     inner: Arc<BudgetInner>,

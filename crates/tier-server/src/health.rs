@@ -26,7 +26,9 @@
 //! `/readyz/system-tiers` and in the metrics instead.
 //!
 //! ```
-//! use tier_server::{HealthConfig, Readiness, health};
+//! use tier_server::health;
+//! use tier_server::health::HealthConfig;
+//! use tier_server::readiness::Readiness;
 //!
 //! let router = health::routes(Readiness::new(), HealthConfig::default());
 //! # let _: axum::Router = router;

@@ -14,7 +14,7 @@
 //! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (the lister the webhook reads) |
 //! | [`SYSTEM_TIERS`] | every system Tier has converged **once** (latched) | [`SystemTiers`] (`Status.initialized`) |
 //! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
-//! | [`ACNP_CACHE_SYNCED`], [`ANNP_CACHE_SYNCED`] | the Antrea ClusterNetworkPolicy / NetworkPolicy cache has listed, or found its CRD not installed | registered by whoever starts the caches (tierd: `tier_kube::PolicyCache`) |
+//! | [`ACNP_CACHE_SYNCED`], [`ANNP_CACHE_SYNCED`] | the Antrea ClusterNetworkPolicy / NetworkPolicy cache has listed, or found its CRD not installed | registered by whoever starts the caches (tierd: `tier_kube::policies::PolicyCache`) |
 //!
 //! The two policy checks are **not** in the default `/readyz`: only the webhook's DELETE reads
 //! the policy caches, and it refuses in-band while they are unsynced. If readiness waited for
@@ -293,8 +293,8 @@ impl Shutdown {
     }
 
     /// Resolves `delay` after shutdown has started: the graceful-shutdown future for
-    /// [`Server::serve`](crate::Server::serve), leaving time for the endpoints to drop this pod
-    /// (kube-apiserver's `--shutdown-delay-duration`).
+    /// [`Server::serve`](crate::server::Server::serve), leaving time for the endpoints to drop this
+    /// pod (kube-apiserver's `--shutdown-delay-duration`).
     pub fn drained(&self, delay: Duration) -> impl Future<Output = ()> + Send + 'static {
         let this = self.clone();
         async move {

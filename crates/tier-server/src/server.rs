@@ -9,7 +9,7 @@
 //! [`Routes::into_router`] puts everything on one router.
 //!
 //! [`Server`] serves one router on one listener, over TLS when given a rustls configuration
-//! (see [`CertReloader`](crate::CertReloader)), plain HTTP otherwise, through hyper's HTTP/1.1
+//! (see [`CertReloader`](crate::tls::CertReloader)), plain HTTP otherwise, through hyper's HTTP/1.1
 //! connection builder. Every connection lives under the [`Limits`]
 //! (handshake, idle, header and body timeouts; caps on connections and handshakes that shed
 //! the longest-waiting connection instead of pausing `accept`); see [`conn`](crate::conn).
@@ -18,18 +18,19 @@
 //!
 //! # Shutdown order
 //!
-//! On SIGTERM, [`Shutdown::trigger`](crate::Shutdown::trigger) first (the `shutdown` check fails
-//! at once, so the pod leaves its Service's endpoints), then let the server drain: pass
-//! [`Shutdown::drained`](crate::Shutdown::drained) as the shutdown future. Idle connections and
-//! handshakes in progress are closed at once; draining takes at most the longer of
+//! On SIGTERM, [`Shutdown::trigger`](crate::readiness::Shutdown::trigger) first (the `shutdown`
+//! check fails at once, so the pod leaves its Service's endpoints), then let the server drain: pass
+//! [`Shutdown::drained`](crate::readiness::Shutdown::drained) as the shutdown future. Idle
+//! connections and handshakes in progress are closed at once; draining takes at most the longer of
 //! [`Limits::header_timeout`] and [`Limits::body_timeout`] (a request still in flight then gets
 //! `408`), plus a second.
 //!
 //! ```
-//! # async fn example() -> Result<(), tier_server::ServeError> {
+//! # async fn example() -> Result<(), tier_server::server::ServeError> {
 //! use std::time::Duration;
 //!
-//! use tier_server::{Readiness, Routes, Server, Shutdown};
+//! use tier_server::server::{Routes, Server};
+//! use tier_server::readiness::{Readiness, Shutdown};
 //!
 //! let shutdown = Shutdown::new();
 //! let ports = Routes::new(Readiness::new()).into_ports();
@@ -193,7 +194,7 @@ type Labels = [(&'static str, &'static str); 2];
 /// |---|---|---|
 /// | `tierd_http_connections` | gauge | `server`: connections open now |
 /// | `tierd_http_connections_closed_total` | counter | `server`, `reason` (`shed`, `idle_timeout`, `header_timeout`, `body_timeout`, `body_budget`): connections the server closed |
-/// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `client_certificate` (missing or refused, see [`ClientAuth`](crate::ClientAuth)), `shed`) |
+/// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `client_certificate` (missing or refused, see [`ClientAuth`](crate::tls::ClientAuth)), `shed`) |
 #[derive(Clone, Debug, Default)]
 pub struct ServerMetrics {
     open: Family<[(&'static str, &'static str); 1], Gauge>,
@@ -273,7 +274,8 @@ impl Server {
         self
     }
 
-    /// Serve TLS with `config` (e.g. [`CertReloader::server_config`](crate::CertReloader::server_config)).
+    /// Serve TLS with `config` (e.g.
+    /// [`CertReloader::server_config`](crate::tls::CertReloader::server_config)).
     pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> Self {
         self.tls = Some(config);
         self
@@ -639,7 +641,11 @@ mod tests {
         let cache = crate::readiness::CacheSynced::new(std::sync::Arc::new(
             tier_core::FixedLister::default(),
         ));
-        let readiness = crate::Readiness::standard(status, cache, &crate::Shutdown::new());
+        let readiness = crate::readiness::Readiness::standard(
+            status,
+            cache,
+            &crate::readiness::Shutdown::new(),
+        );
         let required = |name: &str| readiness.kind(name) == Some(CheckKind::Required);
         for name in Webhook::REQUIRES {
             assert!(required(name), "{name}");

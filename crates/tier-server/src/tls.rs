@@ -25,15 +25,15 @@
 //! with [`CertReloader::server_config_with_client_auth`]; the probe and metrics ports keep
 //! [`CertReloader::server_config`].
 //!
-//! [`Server::tls`](crate::Server::tls) serves a configuration built here, with a short
+//! [`Server::tls`](crate::server::Server::tls) serves a configuration built here, with a short
 //! ClientHello deadline and a cap on pending handshakes (see [`conn`](crate::conn)). ALPN
 //! offers `http/1.1`; rustls's safe defaults allow TLS 1.2 and 1.3 with AEAD suites only.
 //!
 //! ```no_run
-//! # async fn example() -> Result<(), tier_server::TlsError> {
+//! # async fn example() -> Result<(), tier_server::tls::TlsError> {
 //! use std::time::Duration;
 //!
-//! use tier_server::{CertFiles, CertReloader};
+//! use tier_server::tls::{CertFiles, CertReloader};
 //!
 //! let reloader = CertReloader::load(CertFiles::new("/certs/tls.crt", "/certs/tls.key")).await?;
 //! let config = reloader.server_config()?;

@@ -55,7 +55,8 @@
 //! use std::sync::Arc;
 //!
 //! use tier_core::admission::AdmissionPolicy;
-//! use tier_server::{Readiness, Webhook};
+//! use tier_server::readiness::Readiness;
+//! use tier_server::webhook::Webhook;
 //!
 //! # fn example(lister: Arc<dyn tier_core::TierLister>) {
 //! let readiness = Readiness::new();
@@ -180,7 +181,7 @@ impl IntoResponse for ReviewError {
 }
 
 /// The two policy caches a DELETE reads: Antrea ClusterNetworkPolicies and Antrea
-/// NetworkPolicies, each indexed by raw `spec.tier` (in tierd: `tier_kube::PolicyCache`).
+/// NetworkPolicies, each indexed by raw `spec.tier` (in tierd: `tier_kube::policies::PolicyCache`).
 #[derive(Clone)]
 pub struct PolicyReferences {
     /// `clusternetworkpolicies.crd.antrea.io`.

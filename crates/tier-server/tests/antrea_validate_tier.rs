@@ -1,11 +1,10 @@
 //! Antrea's own test cases for its Tier validator, run against tierd's webhook.
 //!
-//! Transcribed (the cases, not the code) from `TestValidateTier` and
-//! `TestValidateTierCNPPriority` in antrea-io/antrea `pkg/controller/networkpolicy/validate_test.go`.
-//! Each case sets up what Antrea's test puts in its informer stores (Tiers `tier-priority-<i>`
-//! at priority `i` for `i` in `1..=existTierNum`, at most one ClusterNetworkPolicy and one
-//! NetworkPolicy), sends the AdmissionReview kube-apiserver would send, and expects Antrea's
-//! exact reason (empty = allowed).
+//! Transcribed (the cases, not the code) from `TestValidateTier` and `TestValidateTierCNPPriority`
+//! in antrea-io/antrea `pkg/controller/networkpolicy/validate_test.go`. Each case sets up what
+//! Antrea's test puts in its informer stores (Tiers `tier-priority-<i>` at priority `i` for `i` in
+//! `1..=existTierNum`, at most one ClusterNetworkPolicy and one NetworkPolicy), sends the
+//! AdmissionReview kube-apiserver would send, and expects Antrea's exact reason (empty = allowed).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -14,10 +13,11 @@ use serde_json::{Value, json};
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{FixedLister, ObservedTier, Snapshot, TierLister, ValidationRules};
 use tier_kube::policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache, PolicyRef};
+use tier_server::readiness::Readiness;
 use tier_server::readiness::{
     ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED, from_fn,
 };
-use tier_server::{PolicyReferences, Readiness, Webhook};
+use tier_server::webhook::{PolicyReferences, Webhook};
 
 /// Antrea's controller service account, the user exempt from the priority-update rule.
 const ANTREA_CONTROLLER: &str = "system:serviceaccount:kube-system:antrea-controller";

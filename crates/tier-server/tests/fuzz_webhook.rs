@@ -23,11 +23,12 @@ use tier_fuzz_model::{
     CONTROLLER, Expected, Field, Json, Kind, Mutation, Name, Object, Operation, Priority, Review,
     SYSTEM, Spec, User,
 };
+use tier_server::readiness::Readiness;
 use tier_server::readiness::{
     ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED, from_fn,
 };
 use tier_server::webhook::ReviewError;
-use tier_server::{PolicyReferences, Readiness, Webhook};
+use tier_server::webhook::{PolicyReferences, Webhook};
 
 /// The webhook over Antrea's system Tiers, its `tier-cache-synced` check passing.
 fn webhook() -> Webhook {

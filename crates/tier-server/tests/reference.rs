@@ -17,13 +17,16 @@ use axum::Router;
 use kube_core::admission::Operation;
 use prometheus_client::registry::Registry;
 use tier_core::{FixedLister, OutcomeCounts, Status, TierState, TierStatus};
+use tier_server::conn::Limits;
+use tier_server::metrics;
 use tier_server::readiness::{
     ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SHUTDOWN, SYSTEM_TIERS, TIER_CACHE_SYNCED,
 };
+use tier_server::readiness::{CheckKind, Readiness, Shutdown};
+use tier_server::server::{Server, ServerMetrics};
 use tier_server::tls::CertFiles;
-use tier_server::{
-    CertReloader, CheckKind, Limits, Readiness, Server, ServerMetrics, Shutdown, Webhook, metrics,
-};
+use tier_server::tls::CertReloader;
+use tier_server::webhook::Webhook;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;

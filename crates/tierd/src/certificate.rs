@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use tier_kube::RetryBackoff;
+use tier_kube::backoff::RetryBackoff;
 use tier_kube::certs::{self, SelfSignedConfig};
-use tier_server::{CheckState, Shutdown};
+use tier_server::readiness::{CheckState, Shutdown};
 use tokio::sync::watch;
 
 /// The readiness check that passes once the self-signed certificate is settled (the webhook

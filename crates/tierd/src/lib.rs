@@ -25,9 +25,9 @@
 //!
 //! # Nothing from the network is fatal
 //!
-//! [`Builder::start`] sends no request and fails only outside a tokio runtime. Every fact
-//! learned from the API server is a dependency with a readiness check and a capped, jittered
-//! retry ([`tier_kube::RetryBackoff::STARTUP`]: at most 2 s between attempts), needed only by
+//! [`Builder::start`] sends no request and fails only outside a tokio runtime. Every fact learned
+//! from the API server is a dependency with a readiness check and a capped, jittered retry
+//! ([`tier_kube::backoff::RetryBackoff::STARTUP`]: at most 2 s between attempts), needed only by
 //! the handlers that read it:
 //!
 //! | fact | check | needed by |
@@ -46,7 +46,7 @@
 //! use tier_core::DesiredSet;
 //! use tierd::{Clients, Tierd};
 //!
-//! let config = tier_kube::client::config(&tier_kube::ClientOptions::default()).await?;
+//! let config = tier_kube::client::config(&tier_kube::client::ClientOptions::default()).await?;
 //! let tierd = Tierd::builder(Clients::from_config(config)?, DesiredSet::antrea()).start()?;
 //! let router = tierd.router(prometheus_client::registry::Registry::default());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
@@ -81,19 +81,19 @@ use tier_core::{
     DesiredSet, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped, TierLister,
     ValidationRules,
 };
-use tier_kube::policies::{PolicyCache, PolicyKind};
-use tier_kube::{
-    ClusterNetworkPolicies, ControllerIdentity, IdentityState, KubeLister, NetworkPolicies,
-    RetryBackoff, WriterConfig,
-};
+use tier_kube::backoff::RetryBackoff;
+use tier_kube::identity::{ControllerIdentity, IdentityState};
+use tier_kube::lister::KubeLister;
+use tier_kube::policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache, PolicyKind};
+use tier_kube::writer::WriterConfig;
 use tier_runtime::Ensurer;
+use tier_server::health::HealthConfig;
 use tier_server::readiness::{
     ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SYSTEM_TIERS, SystemTiers, from_fn,
 };
-use tier_server::{
-    Check, CheckState, HealthConfig, PolicyReferences, Readiness, ReservationTable,
-    ReservingWriter, Routes, Shutdown, Webhook,
-};
+use tier_server::readiness::{Check, CheckState, Readiness, Shutdown};
+use tier_server::server::Routes;
+use tier_server::webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -125,8 +125,8 @@ impl Clients {
     ///
     /// # Errors
     ///
-    /// [`tier_kube::ClientError`] when `config` cannot make a client (TLS, credentials).
-    pub fn from_config(config: kube::Config) -> Result<Self, tier_kube::ClientError> {
+    /// [`tier_kube::client::ClientError`] when `config` cannot make a client (TLS, credentials).
+    pub fn from_config(config: kube::Config) -> Result<Self, tier_kube::client::ClientError> {
         Ok(Self {
             shared: tier_kube::client::client_from_config(config.clone())?,
             writer: tier_kube::client::writer_client(config)?,
@@ -144,10 +144,10 @@ impl Clients {
 pub enum StartError {
     /// A cache could not be started (outside a tokio runtime: a bug in the caller).
     #[error(transparent)]
-    Cache(#[from] tier_kube::ListerError),
+    Cache(#[from] tier_kube::lister::ListerError),
     /// The identity could not be looked for (outside a tokio runtime: a bug in the caller).
     #[error(transparent)]
-    Identity(#[from] tier_kube::IdentityError),
+    Identity(#[from] tier_kube::identity::IdentityError),
     /// The driver configuration ([`Builder::driver_config`]) is out of range; nothing started.
     #[error(transparent)]
     Config(#[from] tier_core::ConfigError),
@@ -387,8 +387,8 @@ impl Builder {
 ///
 /// # Errors
 ///
-/// [`tier_kube::ListerError`] outside a tokio runtime.
-pub fn watch_tiers(client: &kube::Client) -> Result<KubeLister, tier_kube::ListerError> {
+/// [`tier_kube::lister::ListerError`] outside a tokio runtime.
+pub fn watch_tiers(client: &kube::Client) -> Result<KubeLister, tier_kube::lister::ListerError> {
     let (store, writer) = reflector::store();
     let events = reflector::reflector(
         writer,

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use prometheus_client::registry::Registry;
 use tier_core::DesiredSet;
-use tier_server::Server;
+use tier_server::server::Server;
 use tier_testserver::{ServerConfig, TestApiServer};
 use tierd::{Clients, Events, Tierd};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -33,7 +33,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use prometheus_client::registry::Registry;
 use tier_core::{DesiredSet, StatusHandle, TierLister};
-use tier_kube::{KubeLister, Tier};
+use tier_kube::crd::Tier;
+use tier_kube::lister::KubeLister;
 use tier_server::readiness::CheckState;
 use tierd::{Clients, Tierd};
 use tokio::net::TcpListener;
@@ -54,7 +55,7 @@ pub enum Error {
     Config(#[from] tier_core::ConfigError),
     /// No client could be built from the configuration.
     #[error(transparent)]
-    Client(#[from] tier_kube::ClientError),
+    Client(#[from] tier_kube::client::ClientError),
     /// tierd could not start (only outside a tokio runtime).
     #[error(transparent)]
     Start(#[from] tierd::StartError),

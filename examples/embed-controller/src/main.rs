@@ -27,7 +27,7 @@ async fn start() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|_| "127.0.0.1:8080".to_owned())
         .parse()
         .map_err(|error| format!("LISTEN is not an address: {error}"))?;
-    let config = tier_kube::client::config(&tier_kube::ClientOptions::default()).await?;
+    let config = tier_kube::client::config(&tier_kube::client::ClientOptions::default()).await?;
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "serving /tiers, /livez, /readyz and /validate/tier");
     let shutdown = async {

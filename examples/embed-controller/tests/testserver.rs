@@ -12,7 +12,8 @@ use embed_controller::SEEN_LABEL;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use tier_core::TierLister;
-use tier_kube::{KubeLister, Tier};
+use tier_kube::crd::Tier;
+use tier_kube::lister::KubeLister;
 use tier_testserver::{AdmissionMode, ServerConfig, TestApiServer, Verb, WebhookConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use tier_core::{DesiredSet, TierSpec};
-use tier_memory::{MemoryCluster, RandomFaults, Verb};
+use tier_memory::faults::RandomFaults;
+use tier_memory::{MemoryCluster, Verb};
 use tokio::time::Instant;
 
 use crate::{median, quantile};

@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use tier_core::{Clock, TierLister};
-use tier_kube::{KubeLister, WriterConfig};
+use tier_kube::lister::KubeLister;
+use tier_kube::writer::WriterConfig;
 use tier_runtime::TokioClock;
 use tier_tests::{Cluster, Tierd};
 use tier_testserver::{Fault, Verb};
@@ -28,9 +29,9 @@ fn inject_latency(cluster: &Cluster, latency: Duration) {
 
 /// A client with kube's retries off (as tierd's writer's), used for the watch too.
 async fn client(cluster: &Cluster) -> kube::Client {
-    let config = tier_kube::client::config(&tier_kube::ClientOptions {
+    let config = tier_kube::client::config(&tier_kube::client::ClientOptions {
         kubeconfig: Some(cluster.kubeconfig.0.clone()),
-        ..tier_kube::ClientOptions::default()
+        ..tier_kube::client::ClientOptions::default()
     })
     .await
     .unwrap();

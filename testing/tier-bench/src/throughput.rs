@@ -22,9 +22,11 @@ use serde_json::{Value, json};
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{DesiredSet, TierLister};
 use tier_memory::MemoryCluster;
+use tier_server::readiness::{CheckState, Readiness};
 use tier_server::readiness::{TIER_CACHE_SYNCED, from_fn};
+use tier_server::server::{Routes, Server};
 use tier_server::tls::{CertFiles, CertReloader};
-use tier_server::{CheckState, Readiness, Routes, Server, Webhook};
+use tier_server::webhook::Webhook;
 use tier_tests::{TempFile, Tls};
 use tokio::net::TcpListener;
 

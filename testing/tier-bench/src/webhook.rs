@@ -14,8 +14,10 @@ use tier_core::{DesiredSet, TierLister};
 use tier_kube::policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache, PolicyRef};
 use tier_memory::MemoryCluster;
 use tier_server::readiness::{ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, TIER_CACHE_SYNCED, from_fn};
+use tier_server::readiness::{CheckState, Readiness};
+use tier_server::server::{Routes, Server};
 use tier_server::tls::{CertFiles, CertReloader};
-use tier_server::{CheckState, PolicyReferences, Readiness, Routes, Server, Webhook};
+use tier_server::webhook::{PolicyReferences, Webhook};
 use tier_tests::Tls;
 
 use crate::quantile;

@@ -119,7 +119,7 @@ pub struct WebhookPlan {
     pub unreachable_until: Duration,
 }
 
-/// The seeded random faults (see [`tier_memory::RandomFaults`]).
+/// The seeded random faults (see [`tier_memory::faults::RandomFaults`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FaultPlan {
     /// Probability that a call fails with a transient error and is not applied.
@@ -427,11 +427,11 @@ impl Scenario {
     ///    retry, or an echo) and writes. An update, or a create whose priority is free, succeeds
     ///    or fails only because another initializer's write of the same fields is not in this
     ///    cache yet; either way the cache shows the Tier in sync within L;
-    /// 4. a create can still be denied because a *system* Tier holds its priority (drifted
-    ///    there by the adversary) until that Tier's own correction, possibly held off, lands
-    ///    (step 3: by `+ λ + L + W`). The blocked machine sends nothing before its cache shows the
-    ///    correction (`+ L`), but the webhook's cache may lag more and deny again; nothing
-    ///    wakes it then before R (its short denied backoff). Its next create succeeds, and shows within L. Corrections are
+    /// 4. a create can still be denied because a *system* Tier holds its priority (drifted there by
+    ///    the adversary) until that Tier's own correction, possibly held off, lands (step 3: by `+
+    ///    λ + L + W`). The blocked machine sends nothing before its cache shows the correction (`+
+    ///    L`), but the webhook's cache may lag more and deny again; nothing wakes it then before R
+    ///    (its short denied backoff). Its next create succeeds, and shows within L. Corrections are
     ///    updates, which admission never denies, so no longer chain exists.
     ///
     /// Hence `λ + 3L + W + R`. The test `tests/bound.rs` builds that chain (a contested

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tier_core::{DesiredSet, DriverConfig, ObservedTier, TierLister, TierSpec, in_sync};
+use tier_memory::faults::RandomFaults;
 use tier_memory::faults::{forbidden, unavailable};
-use tier_memory::{Admission, CacheConfig, MemoryCluster, RandomFaults, Verb};
+use tier_memory::{Admission, CacheConfig, MemoryCluster, Verb};
 use tokio::task::JoinHandle;
 use tokio::time::sleep_until;
 

@@ -220,7 +220,7 @@ fn the_checks_catch_an_upward_use_a_cycle_and_a_re_export_path() {
         cycle(&edges),
         Some(["high", "low", "high"].map(String::from).to_vec())
     );
-    assert!(uses("use crate::{Store};", &modules).is_err());
+    assert!(uses("use crate::Store;", &modules).is_err());
     assert!(
         uses("use tier_testserver::Store;", &modules)
             .unwrap()

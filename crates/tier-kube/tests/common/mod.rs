@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tier_core::{Generation, Snapshot, TierLister, TierSpec};
-use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
+use tier_kube::client::ClientOptions;
+use tier_kube::lister::KubeLister;
+use tier_kube::writer::{KubeWriter, WriterConfig};
 use tier_testserver::{ServerConfig, TestApiServer};
 
 /// The user tierd runs as (Antrea's controller service account in the built-in admission).

@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tier_core::{ObservedTier, OutcomeCounts, Snapshot, TierState, TierStatus};
-use tier_server::{ServeError, Server};
+use tier_server::server::{ServeError, Server};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

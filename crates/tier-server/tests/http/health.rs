@@ -8,8 +8,10 @@ use axum::routing;
 use std::sync::Arc;
 
 use tier_core::{FixedLister, Snapshot, Status, TierState};
+use tier_server::health::HealthConfig;
 use tier_server::readiness::{self, CacheSynced, CheckState, TIER_CACHE_SYNCED};
-use tier_server::{HealthConfig, Readiness, Routes, Shutdown};
+use tier_server::readiness::{Readiness, Shutdown};
+use tier_server::server::Routes;
 use tokio::sync::watch;
 
 use crate::common::{Running, get, tier_status};
@@ -341,7 +343,7 @@ async fn graceful_shutdown_after_the_drain_delay() {
     let addr = listener.local_addr().unwrap();
     let router = Routes::new(f.readiness.clone()).into_router();
     let serving = tokio::spawn(
-        tier_server::Server::new(router)
+        tier_server::server::Server::new(router)
             .serve(listener, f.shutdown.drained(Duration::from_millis(50))),
     );
     assert_eq!(get(addr, "/livez").await.status, StatusCode::OK);

@@ -14,11 +14,13 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
 use tier_core::FixedLister;
 use tier_core::admission::AdmissionPolicy;
+use tier_server::conn::{BodyBudget, Limits};
+use tier_server::readiness::Readiness;
 use tier_server::readiness::{CacheSynced, TIER_CACHE_SYNCED};
+use tier_server::server::{Routes, Server, ServerMetrics};
 use tier_server::tls::CertFiles;
-use tier_server::{
-    BodyBudget, CertReloader, Limits, Readiness, Routes, Server, ServerMetrics, Webhook,
-};
+use tier_server::tls::CertReloader;
+use tier_server::webhook::Webhook;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;

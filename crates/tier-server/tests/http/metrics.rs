@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use prometheus_client::registry::Registry;
 use tier_core::{ErrorClass, OutcomeCounts, Status, TierState};
-use tier_server::{Readiness, Routes, metrics};
+use tier_server::metrics;
+use tier_server::readiness::Readiness;
+use tier_server::server::Routes;
 use tokio::sync::watch;
 
 use crate::common::{Running, get, get_with, samples, tier_status};

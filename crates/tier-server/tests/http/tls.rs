@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use rustls::pki_types::CertificateDer;
+use tier_server::readiness::Readiness;
+use tier_server::server::{Routes, Server};
 use tier_server::tls::Reload;
-use tier_server::{CertFiles, CertReloader, Readiness, Routes, Server, TlsError};
+use tier_server::tls::{CertFiles, CertReloader, TlsError};
 
 use crate::common::{Running, get_tls, temp_dir};
 
@@ -304,8 +306,8 @@ fn admitted(reply: &Result<String, std::io::Error>) -> bool {
 
 async fn serve_with_client_auth(
     reloader: &Arc<CertReloader>,
-    client: &Arc<tier_server::ClientAuth>,
-    metrics: tier_server::ServerMetrics,
+    client: &Arc<tier_server::tls::ClientAuth>,
+    metrics: tier_server::server::ServerMetrics,
 ) -> Running {
     let router = Routes::new(Readiness::new()).into_router();
     let config = reloader.server_config_with_client_auth(client).unwrap();
@@ -328,10 +330,10 @@ async fn client_auth_admits_only_allowed_names_chained_to_the_ca() {
     let (trusted, other) = (ca("trusted"), ca("other"));
     let ca_file = dir.join("client-ca.crt");
     std::fs::write(&ca_file, &trusted.pem).unwrap();
-    let client = tier_server::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
+    let client = tier_server::tls::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
         .await
         .unwrap();
-    let metrics = tier_server::ServerMetrics::default();
+    let metrics = tier_server::server::ServerMetrics::default();
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
     let server = serve_with_client_auth(&reloader, &client, metrics).await;
@@ -375,11 +377,15 @@ async fn the_client_ca_is_reloaded_and_a_bad_one_keeps_the_old() {
     let (first, second) = (ca("first"), ca("second"));
     let ca_file = dir.join("client-ca.crt");
     std::fs::write(&ca_file, &first.pem).unwrap();
-    let client = tier_server::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
+    let client = tier_server::tls::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
         .await
         .unwrap();
-    let server =
-        serve_with_client_auth(&reloader, &client, tier_server::ServerMetrics::default()).await;
+    let server = serve_with_client_auth(
+        &reloader,
+        &client,
+        tier_server::server::ServerMetrics::default(),
+    )
+    .await;
     let root = &server_cert.der;
     let (old, new) = (
         client_cert(&first, "kube-apiserver", &[]),
@@ -411,16 +417,16 @@ async fn client_auth_needs_a_ca_and_a_name() {
     let dir = temp_dir();
     let ca_file = dir.join("client-ca.crt");
     std::fs::write(&ca_file, ca("ca").pem).unwrap();
-    let error = tier_server::ClientAuth::load(&ca_file, [String::new()])
+    let error = tier_server::tls::ClientAuth::load(&ca_file, [String::new()])
         .await
         .unwrap_err();
     assert!(matches!(error, TlsError::NoClientNames), "{error}");
     std::fs::write(&ca_file, "").unwrap();
-    let error = tier_server::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
+    let error = tier_server::tls::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
         .await
         .unwrap_err();
     assert!(matches!(error, TlsError::NoCertificate { .. }), "{error}");
-    let missing = tier_server::ClientAuth::load(dir.join("absent"), ["x".to_owned()])
+    let missing = tier_server::tls::ClientAuth::load(dir.join("absent"), ["x".to_owned()])
         .await
         .unwrap_err();
     assert!(matches!(missing, TlsError::Read { .. }), "{missing}");

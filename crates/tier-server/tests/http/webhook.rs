@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use tier_core::admission::{AdmissionPolicy, ReferenceIndex};
 use tier_core::{DesiredSet, FixedLister, Snapshot, TierSpec, TierWriter, WriteError};
+use tier_server::readiness::Readiness;
 use tier_server::readiness::{
     self, ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, CheckState, TIER_CACHE_SYNCED,
 };
+use tier_server::server::Routes;
 use tier_server::webhook::{NOT_SYNCED, PATH, POLICIES_NOT_SYNCED};
-use tier_server::{
-    PolicyReferences, Readiness, ReservationTable, ReservingWriter, Routes, Webhook,
-};
+use tier_server::webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};
 
 use crate::common::{Running, observed, post, system_tiers};
 

@@ -23,11 +23,11 @@ use axum::routing::post;
 use kube::core::DynamicObject;
 #[cfg(test)]
 use kube::core::admission::AdmissionReview;
-use tier_kube::ControllerIdentity;
-use tier_server::Webhook;
+use tier_kube::identity::ControllerIdentity;
 pub use tier_server::webhook::IDENTITY_PENDING;
 #[cfg(test)]
 use tier_server::webhook::ReviewError;
+use tier_server::webhook::Webhook;
 use tier_server::webhook::{MAX_REVIEW_BYTES, PATH};
 
 /// A user name no request carries: the webhook built before the identity is known refuses

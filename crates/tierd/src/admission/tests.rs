@@ -6,12 +6,13 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{FixedLister, ObservedTier, Snapshot};
-use tier_kube::ControllerIdentity;
-use tier_server::CheckState;
+use tier_kube::identity::ControllerIdentity;
+use tier_server::readiness::CheckState;
+use tier_server::readiness::Readiness;
 use tier_server::readiness::{
     ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, TIER_CACHE_SYNCED, from_fn,
 };
-use tier_server::{PolicyReferences, Readiness};
+use tier_server::webhook::PolicyReferences;
 
 use super::*;
 
@@ -59,8 +60,12 @@ fn gated(identity: ControllerIdentity) -> IdentityGated {
         readiness.register(policies, from_fn(|| CheckState::Ok));
     }
     let references = PolicyReferences::new(
-        Arc::new(tier_kube::PolicyCache::<tier_kube::ClusterNetworkPolicies>::from_policies([])),
-        Arc::new(tier_kube::PolicyCache::<tier_kube::NetworkPolicies>::from_policies([])),
+        Arc::new(tier_kube::policies::PolicyCache::<
+            tier_kube::policies::ClusterNetworkPolicies,
+        >::from_policies([])),
+        Arc::new(tier_kube::policies::PolicyCache::<
+            tier_kube::policies::NetworkPolicies,
+        >::from_policies([])),
     );
     IdentityGated::new(
         identity,
