@@ -27,7 +27,7 @@
 //!    a Warning and reported as a Warning Event on the Secret naming what was wrong. The update
 //!    goes on the resourceVersion read (409 Conflict: another replica renewed first, use its
 //!    Secret). The CA itself is valid for ten years.
-//! 2. **The files** ([`write_files`]): the serving certificate and key are written (atomically:
+//! 2. **The files** (`write_files`): the serving certificate and key are written (atomically:
 //!    a temporary file, then a rename) to the paths tierd's TLS reloader watches, when they
 //!    differ from what the files hold.
 //! 3. **The `caBundle`** ([`ensure_ca_bundle`]): every webhook of the named
@@ -65,13 +65,13 @@ use x509_parser::certificate::X509Certificate;
 use x509_parser::public_key::PublicKey;
 
 /// Secret key of the serving certificate (PEM).
-pub const TLS_CRT: &str = "tls.crt";
+pub(crate) const TLS_CRT: &str = "tls.crt";
 /// Secret key of the serving certificate's private key (PEM).
-pub const TLS_KEY: &str = "tls.key";
+pub(crate) const TLS_KEY: &str = "tls.key";
 /// Secret key of the CA certificate (PEM), the webhook configuration's `caBundle`.
-pub const CA_CRT: &str = "ca.crt";
+pub(crate) const CA_CRT: &str = "ca.crt";
 /// Secret key of the CA's private key (PEM).
-pub const CA_KEY: &str = "ca.key";
+pub(crate) const CA_KEY: &str = "ca.key";
 
 /// The most bytes each of the Secret's four PEM fields may hold (a P-256 or RSA-4096
 /// certificate or key is a few KiB).
@@ -79,10 +79,10 @@ pub const MAX_PEM_BYTES: usize = 16 * 1024;
 
 /// The largest RSA key accepted, in bits (a bigger one makes every TLS handshake slow: an
 /// RSA-8192 key allows about 44 handshakes per second).
-pub const MAX_RSA_BITS: usize = 4096;
+pub(crate) const MAX_RSA_BITS: usize = 4096;
 
 /// The smallest RSA key accepted, in bits.
-pub const MIN_RSA_BITS: usize = 2048;
+pub(crate) const MIN_RSA_BITS: usize = 2048;
 
 /// Where the certificates live and for whom they are; see the [module docs](self).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -787,7 +787,11 @@ async fn write_if_changed(path: &Path, contents: &str) -> Result<bool, CertError
 /// # Errors
 ///
 /// [`CertError::Write`] when a file cannot be written.
-pub async fn write_files(bundle: &CertBundle, cert: &Path, key: &Path) -> Result<bool, CertError> {
+pub(crate) async fn write_files(
+    bundle: &CertBundle,
+    cert: &Path,
+    key: &Path,
+) -> Result<bool, CertError> {
     let key_written = write_if_changed(key, &bundle.tls_key).await?;
     let cert_written = write_if_changed(cert, &bundle.tls_crt).await?;
     Ok(key_written || cert_written)

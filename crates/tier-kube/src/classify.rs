@@ -27,7 +27,7 @@
 //! `kube::Error::Api` carries the parsed `Status` only: kube 5 drops the response headers. The
 //! [`KubeWriter`](crate::writer::KubeWriter) therefore sends its requests with `Client::send` (same
 //! request builder, same middleware stack) and reads the `Retry-After` header itself, via
-//! [`classify_response`]. When the header is absent, `details.retryAfterSeconds` of the
+//! `classify_response`. When the header is absent, `details.retryAfterSeconds` of the
 //! `Status` is used (kube-apiserver sets both for its own 429 and 504 answers). Only the
 //! delay-seconds form is understood; kube-apiserver never sends the HTTP-date form.
 //!
@@ -66,7 +66,7 @@ use kube::core::Status;
 use tier_core::{ErrorClass, WriteError};
 
 /// The class of a failure answered by the server with `reason` and HTTP `code`.
-pub fn class_of(reason: &str, code: u16) -> ErrorClass {
+pub(crate) fn class_of(reason: &str, code: u16) -> ErrorClass {
     match reason {
         "AlreadyExists" | "Conflict" | "NotFound" | "Gone" | "Expired" => ErrorClass::Stale,
         "Forbidden" | "Unauthorized" => ErrorClass::Forbidden,
@@ -90,7 +90,7 @@ pub fn class_of(reason: &str, code: u16) -> ErrorClass {
 
 /// Classifies an API `Status`, keeping the server's message and a `Retry-After`: the given one
 /// (from the header) or else `details.retryAfterSeconds`.
-pub fn classify_status(status: &Status, retry_after: Option<Duration>) -> WriteError {
+pub(crate) fn classify_status(status: &Status, retry_after: Option<Duration>) -> WriteError {
     let class = class_of(&status.reason, status.code);
     let message = if status.message.is_empty() {
         match status.reason.as_str() {
@@ -120,7 +120,7 @@ pub fn classify_status(status: &Status, retry_after: Option<Duration>) -> WriteE
 }
 
 /// Classifies any error of the kube client (see the module docs for the table).
-pub fn classify(error: &kube::Error) -> WriteError {
+pub(crate) fn classify(error: &kube::Error) -> WriteError {
     use kube::Error as E;
     match error {
         E::Api(status) => classify_status(status, None),
@@ -142,7 +142,11 @@ pub fn classify(error: &kube::Error) -> WriteError {
 /// The body is parsed as a `Status`; a body that is not one (a proxy's HTML page, a plain-text
 /// 429 from API Priority and Fairness) becomes the message, with an empty reason, so the HTTP
 /// code decides. A `Status` without a code gets the HTTP code.
-pub fn classify_response(code: StatusCode, headers: &HeaderMap, body: &[u8]) -> Option<WriteError> {
+pub(crate) fn classify_response(
+    code: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<WriteError> {
     if code.is_success() {
         return None;
     }

@@ -25,7 +25,7 @@
 //!
 //! # TLS
 //!
-//! kube uses rustls. [`install_crypto_provider`] selects `ring` as the process-wide rustls
+//! kube uses rustls. `install_crypto_provider` selects `ring` as the process-wide rustls
 //! provider (a no-op if one is installed already), so building a client never panics for lack
 //! of, or ambiguity between, providers. [`client`] and [`client_from_config`] call it.
 //!
@@ -138,7 +138,7 @@ pub fn writer_client(mut config: Config) -> Result<Client, ClientError> {
 
 /// Installs rustls' `ring` provider as the process default, unless one is installed already.
 /// Safe to call any number of times, from any thread.
-pub fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race against another installer is fine: a provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();

@@ -26,7 +26,7 @@ use tier_core::{EventReceiver, TierEvent};
 use crate::crd::Tier;
 
 /// The reporting controller's name in Events.
-pub const CONTROLLER: &str = "tierd";
+pub(crate) const CONTROLLER: &str = "tierd";
 
 /// The longest one Event may take to publish before it is dropped.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);

@@ -44,7 +44,7 @@ pub fn watch_error(error: &watcher::Error) -> String {
 }
 
 /// A kube client failure in words: the API server's answer, or the network error underneath.
-pub fn client_error(error: &kube::Error) -> String {
+pub(crate) fn client_error(error: &kube::Error) -> String {
     if let kube::Error::Api(status) = error {
         return status_words(status);
     }
@@ -80,7 +80,7 @@ pub fn client_error(error: &kube::Error) -> String {
 }
 
 /// An API `Status` in words: `403 Forbidden: <message>; <what to do>`.
-pub fn status_words(status: &Status) -> String {
+pub(crate) fn status_words(status: &Status) -> String {
     let reason = if status.reason.is_empty() {
         "Failure"
     } else {

@@ -55,9 +55,9 @@ use tokio::task::JoinHandle;
 use crate::lister::ListerError;
 
 /// The API group of Antrea's policies.
-pub const GROUP: &str = "crd.antrea.io";
+pub(crate) const GROUP: &str = "crd.antrea.io";
 /// The version watched.
-pub const VERSION: &str = "v1beta1";
+pub(crate) const VERSION: &str = "v1beta1";
 
 /// One of the two Antrea policy resources that can name a Tier.
 pub trait PolicyKind: Clone + fmt::Debug + Send + Sync + 'static {

@@ -17,7 +17,7 @@
 use tier_core::{ErrorClass, WriteError};
 
 /// The name of Antrea's Tier validating webhook.
-pub const WEBHOOK: &str = "tiervalidator.antrea.io";
+pub(crate) const WEBHOOK: &str = "tiervalidator.antrea.io";
 
 /// A refused API call. Stale variants are retryable after a fresh look at the cache; the others
 /// need something to change first (or, for [`WebhookUnreachable`](Self::WebhookUnreachable),

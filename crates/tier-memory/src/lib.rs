@@ -59,7 +59,7 @@ pub use admission::{Admission, AdmissionView};
 pub use cache::{CacheConfig, MemoryLister, SyncMode};
 pub use calls::{CallLog, CallOutcome, CallRecord, Verb};
 pub use cluster::{ClusterBuilder, DEFAULT_CLIENT, MemoryCluster};
-pub use error::{ApiError, WEBHOOK};
+pub use error::ApiError;
 pub use writer::MemoryWriter;
 
 /// Locks `mutex`, recovering the data if a holder panicked: every critical section here leaves

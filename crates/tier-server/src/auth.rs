@@ -390,7 +390,7 @@ pub fn protect(router: Router, authorizer: Arc<dyn Authorizer>) -> Router {
 }
 
 /// `router`, answering only requests `gate` allows.
-pub fn protect_with(router: Router, gate: Gate) -> Router {
+pub(crate) fn protect_with(router: Router, gate: Gate) -> Router {
     router.layer(middleware::from_fn_with_state(gate, check))
 }
 

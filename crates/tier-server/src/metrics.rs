@@ -1,6 +1,6 @@
 //! `/metrics`: Prometheus metrics read from the latest [`Status`](tier_core::Status) at scrape time.
 //!
-//! [`TierCollector`] is a prometheus-client [`Collector`]: every scrape reads the driver's
+//! `TierCollector` is a prometheus-client [`Collector`]: every scrape reads the driver's
 //! current status, so there is no background updater and a scrape never shows a value older
 //! than the status itself. Not gated by any readiness check: the status is always valid (it
 //! says when the cache is not synced yet).
@@ -51,11 +51,11 @@ use tier_core::{ErrorClass, TierState};
 use crate::readiness::StatusSource;
 
 /// The prefix of every metric: `tierd_`.
-pub const PREFIX: &str = "tierd";
+pub(crate) const PREFIX: &str = "tierd";
 
 /// A [`Collector`] of tierd's metrics, read from `source` at every scrape. See the
 /// [module docs](self) for the metrics.
-pub struct TierCollector<S> {
+pub(crate) struct TierCollector<S> {
     source: S,
 }
 
@@ -74,7 +74,7 @@ impl<S: StatusSource> TierCollector<S> {
     }
 }
 
-/// Registers a [`TierCollector`] of `source` in `registry`, under the `tierd_` prefix.
+/// Registers a `TierCollector` of `source` in `registry`, under the `tierd_` prefix.
 pub fn register<S: StatusSource>(registry: &mut Registry, source: S) {
     registry
         .sub_registry_with_prefix(PREFIX)

@@ -227,7 +227,7 @@ impl<S: StatusSource> Check for SystemTiers<S> {
 
 /// The [`SYSTEM_TIERS`] state of `status`: ok once initialized, else a reason naming every Tier
 /// that is not converged (with the server's message for a blocked one).
-pub fn system_tiers_state(status: &Status) -> CheckState {
+pub(crate) fn system_tiers_state(status: &Status) -> CheckState {
     if status.initialized {
         return CheckState::Ok;
     }

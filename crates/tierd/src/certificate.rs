@@ -15,7 +15,7 @@ use tokio::sync::watch;
 pub const SERVING_CERTIFICATE: &str = "serving-certificate";
 
 /// How often the Secret, the files and the caBundle are checked once settled.
-pub const SELF_SIGNED_POLL: Duration = Duration::from_secs(60);
+pub(crate) const SELF_SIGNED_POLL: Duration = Duration::from_secs(60);
 
 /// What to keep and the files to write the serving certificate to.
 #[derive(Clone, Debug)]

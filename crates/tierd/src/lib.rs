@@ -98,7 +98,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use admission::IDENTITY_PENDING;
-pub use certificate::{SELF_SIGNED_POLL, SERVING_CERTIFICATE, SelfSigned};
+pub use certificate::{SERVING_CERTIFICATE, SelfSigned};
 
 /// The readiness check that passes once the controller identity is known (informational:
 /// only UPDATE reviews need it).
