@@ -120,7 +120,7 @@ pub(crate) fn classify_status(status: &Status, retry_after: Option<Duration>) ->
 }
 
 /// Classifies any error of the kube client (see the module docs for the table).
-pub(crate) fn classify(error: &kube::Error) -> WriteError {
+pub fn classify(error: &kube::Error) -> WriteError {
     use kube::Error as E;
     match error {
         E::Api(status) => classify_status(status, None),
