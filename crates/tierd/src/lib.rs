@@ -34,7 +34,7 @@
 //! |---|---|---|
 //! | the Tier cache | `tier-cache-synced` (required) | the driver; every review |
 //! | the policy caches | `acnp-cache-synced`, `annp-cache-synced` (informational) | DELETE reviews |
-//! | the controller identity | [`CONTROLLER_IDENTITY`] (informational) | UPDATE reviews that change a priority (until then: [`IDENTITY_PENDING`], code 503, retry after 1 s) |
+//! | the controller identity | [`CONTROLLER_IDENTITY`] (informational) | UPDATE reviews that change a priority (until then: [`IDENTITY_PENDING`](tier_server::webhook::IDENTITY_PENDING), code 503, retry after 1 s) |
 //! | the self-signed certificate | [`SERVING_CERTIFICATE`] (required) | the webhook's port ([`Tierd::certificate_settled`]) |
 //!
 //! The informational checks do not fail `/readyz`: kube-apiserver reaches the webhook only
@@ -97,7 +97,6 @@ use tier_server::webhook::{PolicyReferences, ReservationTable, ReservingWriter, 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use admission::IDENTITY_PENDING;
 pub use certificate::{SERVING_CERTIFICATE, SelfSigned};
 
 /// The readiness check that passes once the controller identity is known (informational:

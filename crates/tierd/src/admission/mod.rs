@@ -24,7 +24,6 @@ use kube::core::DynamicObject;
 #[cfg(test)]
 use kube::core::admission::AdmissionReview;
 use tier_kube::identity::ControllerIdentity;
-pub use tier_server::webhook::IDENTITY_PENDING;
 #[cfg(test)]
 use tier_server::webhook::ReviewError;
 use tier_server::webhook::Webhook;

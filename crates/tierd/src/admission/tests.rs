@@ -14,6 +14,8 @@ use tier_server::readiness::{
 };
 use tier_server::webhook::PolicyReferences;
 
+use tier_server::webhook::IDENTITY_PENDING;
+
 use super::*;
 
 const TIERD: &str = "system:serviceaccount:kube-system:tierd";
