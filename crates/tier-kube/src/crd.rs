@@ -147,6 +147,10 @@ impl KubeTier for Tier {
     fn desired_name(desired: &tier_core::TierSpec) -> &str {
         &desired.name
     }
+
+    fn hints((): &()) -> crate::explain::ResourceHints {
+        crate::explain::ResourceHints::antrea()
+    }
 }
 
 /// Rendering the CRD failed.

@@ -25,6 +25,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tier_core::FieldWriter;
 
+use crate::explain::ResourceHints;
+
 /// A Tier object of one controller, as the shared lister and writer handle it.
 pub trait KubeTier:
     kube::Resource<DynamicType: Clone + Eq + Hash + Debug + Send + Sync + 'static>
@@ -56,6 +58,9 @@ pub trait KubeTier:
 
     /// The name of `desired`.
     fn desired_name(desired: &Self::Desired) -> &str;
+
+    /// What failure messages say about `resource` (its name, RBAC file, how to install it).
+    fn hints(resource: &Self::DynamicType) -> ResourceHints;
 
     /// The resource's name as RBAC and CRDs spell it (`tiers.crd.antrea.io`), for messages.
     fn resource_name(resource: &Self::DynamicType) -> String {

@@ -60,6 +60,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::crd::Tier;
+use crate::explain::ResourceHints;
 use crate::kube_tier::KubeTier;
 use crate::writer::{KubeWriter, WriterConfig};
 
@@ -78,7 +79,8 @@ pub struct WatchStats {
     pub lists: u64,
     /// Errors the watch stream reported (failed lists, failed or expired watches).
     pub errors: u64,
-    /// The most recent of those errors, if any, in words ([`crate::explain::watch_error`]).
+    /// The most recent of those errors, if any, in words
+    /// ([`crate::explain::watch_error_about`] the lister's resource).
     pub last_error: Option<String>,
 }
 
@@ -128,6 +130,7 @@ impl<T: KubeTier> Drop for Inner<T> {
 /// yields it.
 pub struct ListerFeed<T: KubeTier = Tier> {
     store: Store<T>,
+    hints: ResourceHints,
     generation: watch::Sender<Generation>,
     stats: Arc<Mutex<WatchStats>>,
     published: Option<BTreeMap<String, T::Observed>>,
@@ -167,7 +170,7 @@ impl<T: KubeTier> ListerFeed<T> {
                 }
             }
             Err(error) => {
-                let error = crate::explain::watch_error(error);
+                let error = crate::explain::watch_error_about(error, &self.hints);
                 tracing::warn!(%error, "Tier watch failed; retrying with backoff");
                 let mut stats = lock(&self.stats);
                 stats.errors += 1;
@@ -257,6 +260,7 @@ impl<T: KubeTier> KubeLister<T> {
         let stats = Arc::new(Mutex::new(WatchStats::default()));
         let feed = ListerFeed {
             store: store.clone(),
+            hints: T::hints(&resource),
             generation: generation_tx,
             stats: stats.clone(),
             published: None,
