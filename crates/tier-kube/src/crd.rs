@@ -127,8 +127,7 @@ pub fn last_writer(tier: &Tier) -> Option<FieldWriter> {
 /// Antrea's Tier on the shared lister and writer: a fixed resource (`()`), the whole spec
 /// replaced on update.
 impl KubeTier for Tier {
-    type Desired = tier_core::TierSpec;
-    type Observed = ObservedTier;
+    type Controller = tier_core::Antrea;
 
     const ENSURED_FIELDS: &'static [&'static str] = &["f:priority", "f:description"];
 
@@ -142,10 +141,6 @@ impl KubeTier for Tier {
 
     fn set_desired(&mut self, desired: &tier_core::TierSpec) {
         self.spec = TierSpec::from_desired(desired);
-    }
-
-    fn desired_name(desired: &tier_core::TierSpec) -> &str {
-        &desired.name
     }
 
     fn hints((): &()) -> crate::explain::ResourceHints {
