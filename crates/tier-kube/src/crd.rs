@@ -119,7 +119,7 @@ pub fn observe(tier: &Tier) -> ObservedTier {
 }
 
 /// The `managedFields` entry that owns `spec.priority` or `spec.description` with the latest
-/// time: who last set a field tierd corrects ([`kube_tier::last_writer`]).
+/// time: who last set a field tierd corrects (the shared `kube_tier::last_writer`).
 pub fn last_writer(tier: &Tier) -> Option<FieldWriter> {
     kube_tier::last_writer(tier)
 }

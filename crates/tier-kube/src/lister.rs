@@ -206,7 +206,7 @@ impl KubeLister<Tier> {
     }
 
     /// A lister on an embedder's reflector store, fed by the embedder: show the returned
-    /// [`ListerFeed`] every item of the reflector stream (see the [module docs](self)). The
+    /// [`ListerFeed`] every item of the reflector stream (see [`ListerFeed::observe`]). The
     /// lister runs no task and no watch of its own; it never syncs if the feed is dropped
     /// before the first complete list.
     pub fn shared(store: Store<Tier>) -> (Self, ListerFeed) {
@@ -273,7 +273,7 @@ impl<T: KubeTier> KubeLister<T> {
     }
 
     /// A [`KubeWriter`] for this lister's resource whose updates start from this lister's
-    /// store, the only safe base (see [`writer`](mod@crate::writer)). `client` should have
+    /// store, the only safe base (see [`KubeWriter`]). `client` should have
     /// kube's retry layer off ([`client::writer_client`](crate::client::writer_client)).
     pub fn writer(&self, client: kube::Client, config: WriterConfig) -> KubeWriter<T> {
         KubeWriter::new_with(client, self.inner.resource.clone(), self.store(), config)

@@ -80,7 +80,10 @@ impl Default for WriterConfig {
 }
 
 /// The [`TierWriter`] port: creates and replaces Tier objects of one resource (by default
-/// Antrea's `tiers.crd.antrea.io`).
+/// Antrea's `tiers.crd.antrea.io`). An update is a PUT of the object cached in the lister's
+/// store with the desired fields set, on the decided resourceVersion (every other field kept);
+/// a Tier no longer cached is stale without a request. Every call is cut after the call
+/// timeout and never retried.
 pub struct KubeWriter<T: KubeTier = Tier> {
     client: kube::Client,
     request: kube::core::Request,
