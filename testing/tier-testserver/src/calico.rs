@@ -89,6 +89,29 @@ impl CalicoApi {
     }
 }
 
+impl std::fmt::Display for CalicoApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.api_version())
+    }
+}
+
+/// An `apiVersion` that is not one Calico serves its Tier at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a Calico Tier API: use projectcalico.org/v3 or crd.projectcalico.org/v1")]
+pub struct UnknownCalicoApi(pub String);
+
+impl std::str::FromStr for CalicoApi {
+    type Err = UnknownCalicoApi;
+
+    /// Parses an `apiVersion`: `projectcalico.org/v3` or `crd.projectcalico.org/v1`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::V3, Self::CrdV1]
+            .into_iter()
+            .find(|api| api.api_version() == text)
+            .ok_or_else(|| UnknownCalicoApi(text.to_owned()))
+    }
+}
+
 impl crd::Schema for CalicoApi {
     fn resource(&self) -> ResourceName {
         CalicoApi::resource(*self)
@@ -534,6 +557,14 @@ mod tests {
         assert_eq!(details["group"], "projectcalico.org");
         assert!(review_delete(API, "mine").is_ok());
         assert!(review_delete(CalicoApi::CrdV1, "default").is_ok());
+    }
+
+    #[test]
+    fn apis_parse_from_their_api_version() {
+        for api in [CalicoApi::V3, CalicoApi::CrdV1] {
+            assert_eq!(api.to_string().parse::<CalicoApi>(), Ok(api));
+        }
+        assert!("projectcalico.org/v1".parse::<CalicoApi>().is_err());
     }
 
     #[test]
