@@ -59,6 +59,7 @@ use tier_core::{Generation, Snapshot, TierLister};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::RetryBackoff;
 use crate::crd::Tier;
 use crate::explain::ResourceHints;
 use crate::kube_tier::{KubeTier, Observed};
@@ -226,6 +227,22 @@ impl<T: KubeTier> KubeLister<T> {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+        Self::from_reflector_with(resource, store, events)
+    }
+
+    /// [`watch`](Self::watch) retrying failed lists and watches at `backoff`'s pace (tierd's
+    /// commands use [`RetryBackoff::default`], at most 2 s between attempts) instead of kube's
+    /// default backoff.
+    pub fn watch_with_backoff(
+        client: kube::Client,
+        resource: T::DynamicType,
+        config: watcher::Config,
+        backoff: RetryBackoff,
+    ) -> Result<Self, ListerError> {
+        let api = Api::<T>::all_with(client, &resource);
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let events = reflector::reflector(writer, watcher(api, config).backoff(backoff));
         Self::from_reflector_with(resource, store, events)
     }
 

@@ -338,7 +338,14 @@ async fn a_built_in_with_other_values_is_denied_by_calicos_rules() {
 #[tokio::test]
 async fn a_missing_crd_is_not_installed_until_it_is_installed() {
     let h = start(ServerConfig::default().calico_not_installed(ServedApi::V3)).await;
-    let lister = lister(&h, CalicoApi::V3);
+    // tierd's start-up pace (at most 2 s between lists), so it syncs soon after the install.
+    let lister = KubeLister::<CalicoTier>::watch_with_backoff(
+        h.writer_client.clone(),
+        CalicoApi::V3.resource(),
+        watcher::Config::default(),
+        tier_kube::RetryBackoff::default(),
+    )
+    .unwrap();
     let writer = lister.writer(h.writer_client.clone(), common::writer_config());
     // The list is answered 404: not synced, and the last error says what is missing.
     tokio::time::timeout(PATIENCE, async {
