@@ -311,7 +311,8 @@ impl Listen {
         })
     }
 
-    /// The port, if listening.
+    /// The port, if listening (the tests compare it with the manifests' ports).
+    #[cfg(test)]
     pub fn port(self) -> Option<u16> {
         self.0.map(|addr| addr.port())
     }

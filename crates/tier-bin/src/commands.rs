@@ -14,7 +14,9 @@ use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister};
 use tier_kube::{ClientOptions, WriterConfig};
 
 use crate::cli::{ClusterArgs, EnsureArgs, Output, PlanArgs, exit};
-use crate::{plan, signals, tiers_file};
+use tierd::tiers_file;
+
+use crate::{plan, signals};
 
 /// A command failed; each variant maps to an exit code.
 #[derive(Debug, thiserror::Error)]
@@ -109,13 +111,17 @@ fn pending(status: &Status, cache: Option<&str>) -> String {
     status.unconverged().map(|t| format!("\n  - {t}")).collect()
 }
 
-/// The desired set: the `--tiers` file, checked against the rules the `--feature-gates` select
-/// (a Tier at 220 with `ClusterNetworkPolicy=true` is an input error, exit 2), or Antrea's six.
+/// The desired set: the `--tiers` file, read by Antrea's parser and checked against the rules
+/// the `--feature-gates` select (a Tier at 220 with `ClusterNetworkPolicy=true` is an input
+/// error, exit 2), or Antrea's six.
 pub(crate) fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
     let Some(path) = &args.tiers else {
         return Ok(DesiredSet::antrea());
     };
-    Ok(tiers_file::load_with(path, &args.feature_gates.rules())?)
+    let rules = args.feature_gates.rules();
+    Ok(tiers_file::load(path, |text| {
+        tiers_file::parse_with(text, &rules)
+    })?)
 }
 
 /// The client options the flags select.
@@ -144,7 +150,7 @@ pub(crate) fn writer_config(args: &ClusterArgs) -> WriterConfig {
 }
 
 /// `tierd crd`: the CRD as YAML.
-pub fn crd() -> Result<String, CommandError> {
+pub(crate) fn crd() -> Result<String, CommandError> {
     Ok(tier_kube::crd::crd_yaml()?)
 }
 

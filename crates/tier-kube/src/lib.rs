@@ -47,6 +47,7 @@
 
 pub mod auth;
 pub mod backoff;
+pub mod calico;
 pub mod certs;
 pub mod classify;
 pub mod client;
@@ -54,6 +55,7 @@ pub mod crd;
 pub mod events;
 pub mod explain;
 pub mod identity;
+pub mod kube_tier;
 pub mod lister;
 pub mod policies;
 pub mod writer;
@@ -62,6 +64,7 @@ pub use backoff::RetryBackoff;
 pub use client::{ClientError, ClientOptions};
 pub use crd::{CrdError, Tier};
 pub use identity::{ControllerIdentity, IdentityError, IdentityState};
+pub use kube_tier::KubeTier;
 pub use lister::{KubeLister, ListerError, ListerFeed, WatchStats};
 pub use policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache};
 pub use writer::{KubeWriter, WriterConfig};

@@ -37,19 +37,22 @@
 //! writer.create(&TierSpec::new("emergency", 50, "[READ-ONLY]: System generated Emergency Tier")).await.ok();
 //! # }
 //! ```
+//!
+//! The writer is generic over the Tier object ([`KubeTier`]): Antrea's [`Tier`] by default,
+//! Calico's with the resource (group/version) its lister watches.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use http::StatusCode;
-use kube::Resource;
 use kube::api::PostParams;
 use kube::client::Body;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tier_core::{ErrorClass, TierSpec as Desired, TierWriter, WriteError};
 
 use crate::classify;
-use crate::crd::{Tier, TierSpec};
+use crate::crd::Tier;
+use crate::kube_tier::KubeTier;
 
 /// The default field manager of tierd's writes.
 pub const DEFAULT_FIELD_MANAGER: &str = "tierd";
@@ -76,35 +79,67 @@ impl Default for WriterConfig {
     }
 }
 
-/// The [`TierWriter`] port: creates and replaces `tiers.crd.antrea.io` objects.
-#[derive(Clone)]
-pub struct KubeWriter {
+/// The [`TierWriter`] port: creates and replaces Tier objects of one resource (by default
+/// Antrea's `tiers.crd.antrea.io`).
+pub struct KubeWriter<T: KubeTier = Tier> {
     client: kube::Client,
     request: kube::core::Request,
-    store: Store<Tier>,
+    store: Store<T>,
+    resource: T::DynamicType,
     config: WriterConfig,
 }
 
-impl std::fmt::Debug for KubeWriter {
+impl<T: KubeTier> Clone for KubeWriter<T> {
+    fn clone(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            request: self.request.clone(),
+            store: self.store.clone(),
+            resource: self.resource.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<T: KubeTier> std::fmt::Debug for KubeWriter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeWriter")
+            .field("resource", &self.resource)
             .field("cached", &self.store.state().len())
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
-impl KubeWriter {
+impl<T: KubeTier> KubeWriter<T>
+where
+    T::DynamicType: Default,
+{
     /// A writer on `client` whose updates start from the objects in `store`: the reflector
     /// store the core observes through (the lister's, see
     /// [`KubeLister::store`](crate::KubeLister::store), or simply use
     /// [`KubeLister::writer`](crate::KubeLister::writer)). `client` should have kube's retry
     /// layer off ([`client::writer_client`](crate::client::writer_client)).
-    pub fn new(client: kube::Client, store: Store<Tier>, config: WriterConfig) -> Self {
+    pub fn new(client: kube::Client, store: Store<T>, config: WriterConfig) -> Self {
+        Self::new_with(client, T::DynamicType::default(), store, config)
+    }
+}
+
+impl<T: KubeTier> KubeWriter<T> {
+    /// [`new`](KubeWriter::new) for `resource` (a Calico group/version, say): `store` must be
+    /// a store of the same resource ([`KubeLister::writer`](crate::KubeLister::writer) passes
+    /// its own).
+    pub fn new_with(
+        client: kube::Client,
+        resource: T::DynamicType,
+        store: Store<T>,
+        config: WriterConfig,
+    ) -> Self {
         Self {
             client,
-            request: kube::core::Request::new(Tier::url_path(&(), None)),
+            request: kube::core::Request::new(T::url_path(&resource, None)),
             store,
+            resource,
             config,
         }
     }
@@ -121,23 +156,44 @@ impl KubeWriter {
         }
     }
 
-    /// The body of an update: the cached object with the desired spec, on `resource_version`.
+    /// The body of an update: the cached object with the desired fields, on
+    /// `resource_version`.
     ///
     /// # Errors
     ///
     /// Stale when the Tier is not cached: it was deleted since the core observed it.
-    fn replacement(&self, desired: &Desired, resource_version: &str) -> Result<Tier, WriteError> {
-        let Some(cached) = self.store.get(&ObjectRef::new(&desired.name)) else {
+    fn replacement(&self, desired: &T::Desired, resource_version: &str) -> Result<T, WriteError> {
+        let name = T::desired_name(desired);
+        let key = ObjectRef::new_with(name, self.resource.clone());
+        let Some(cached) = self.store.get(&key) else {
             return Err(WriteError::stale(format!(
-                "Tier {} is no longer in the Tier cache (deleted since it was observed); \
-                 not updating it from scratch",
-                desired.name
+                "Tier {name} is no longer in the Tier cache (deleted since it was observed); \
+                 not updating it from scratch"
             )));
         };
         let mut object = (*cached).clone();
-        object.spec = TierSpec::from_desired(desired);
-        object.metadata.resource_version = Some(resource_version.to_owned());
+        object.set_desired(desired);
+        object.meta_mut().resource_version = Some(resource_version.to_owned());
         Ok(object)
+    }
+
+    /// POSTs a fresh object for `desired`.
+    async fn create_object(&self, desired: &T::Desired) -> Result<(), WriteError> {
+        let body = to_json(&T::object(desired, &self.resource))?;
+        let request = self.request.create(&self.params(), body);
+        self.send("create", T::desired_name(desired), request).await
+    }
+
+    /// PUTs the cached object with `desired`'s fields, on `resource_version`.
+    async fn update_object(
+        &self,
+        desired: &T::Desired,
+        resource_version: &str,
+    ) -> Result<(), WriteError> {
+        let body = to_json(&self.replacement(desired, resource_version)?)?;
+        let name = T::desired_name(desired);
+        let request = self.request.replace(name, &self.params(), body);
+        self.send("replace", name, request).await
     }
 
     /// Sends one request, bounded by the call timeout, and classifies the answer.
@@ -164,7 +220,7 @@ impl KubeWriter {
             match classify::classify_response(parts.status, &parts.headers, &body) {
                 None => Ok(()),
                 Some(error) if verb == "create" && parts.status == StatusCode::NOT_FOUND => {
-                    Err(missing_resource(error))
+                    Err(missing_resource(error, &T::resource_name(&self.resource)))
                 }
                 Some(error) => Err(error),
             }
@@ -181,37 +237,29 @@ impl KubeWriter {
 }
 
 #[async_trait]
-impl TierWriter for KubeWriter {
+impl TierWriter for KubeWriter<Tier> {
     async fn create(&self, tier: &Desired) -> Result<(), WriteError> {
-        let body = to_json(&Tier::from_desired(tier))?;
-        let request = self.request.create(&self.params(), body);
-        self.send("create", &tier.name, request).await
+        self.create_object(tier).await
     }
 
     async fn update(&self, tier: &Desired, resource_version: &str) -> Result<(), WriteError> {
-        let body = to_json(&self.replacement(tier, resource_version)?)?;
-        let request = self.request.replace(&tier.name, &self.params(), body);
-        self.send("replace", &tier.name, request).await
+        self.update_object(tier, resource_version).await
     }
 }
 
 /// A create answered 404: no object is involved (Tiers are cluster-scoped), so the resource
 /// itself is missing. That is not stale: the Tier type is not installed until someone installs
-/// the CRD.
-fn missing_resource(error: WriteError) -> WriteError {
+/// the CRD (`resource`, `tiers.crd.antrea.io` say).
+fn missing_resource(error: WriteError, resource: &str) -> WriteError {
     WriteError {
         class: ErrorClass::NotInstalled,
-        message: format!(
-            "{}; is the Tier CRD ({}) installed?",
-            error.message,
-            crate::crd::CRD_NAME
-        ),
+        message: format!("{}; is the Tier CRD ({resource}) installed?", error.message),
         retry_after: error.retry_after,
         permission: None,
     }
 }
 
-fn to_json(tier: &Tier) -> Result<Vec<u8>, WriteError> {
+fn to_json<T: serde::Serialize>(tier: &T) -> Result<Vec<u8>, WriteError> {
     serde_json::to_vec(tier).map_err(|error| {
         WriteError::denied(format!(
             "cannot serialize Tier (a bug, please report it): {error}"
@@ -238,7 +286,7 @@ mod tests {
         let (store, mut writer) = reflector::store();
         let mut cached = Tier::new(
             "platform",
-            TierSpec {
+            crate::crd::TierSpec {
                 priority: 7,
                 description: Some("drifted".into()),
             },
@@ -256,7 +304,7 @@ mod tests {
         assert_eq!(object.metadata.annotations, cached.metadata.annotations);
         assert_eq!(
             object.spec,
-            TierSpec {
+            crate::crd::TierSpec {
                 priority: 200,
                 description: None
             }

@@ -57,12 +57,16 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`tiers_file`] reads the `--tiers` file format, for the binary and for embedders that read
+//! the same file.
 
 #![forbid(unsafe_code)]
 
 mod admission;
 mod authorizer;
 mod certificate;
+pub mod tiers_file;
 
 use std::fmt;
 use std::future::Future;

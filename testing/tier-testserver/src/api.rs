@@ -8,17 +8,19 @@ use http::{HeaderMap, Method, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+use crate::context::{ApiRequest, Shared};
 use crate::discovery::Document;
 use crate::events;
 use crate::faults::{FaultAction, Verb};
 use crate::log::{Endpoint, RequestRecord};
-use crate::policies::{self, PolicyResource};
+use crate::objects::ObjectKind;
+use crate::policies::PolicyResource;
+use crate::policy_api;
 use crate::reply::{self, Outcome};
-use crate::resources::{self, ObjectKind, ObjectRequest};
-use crate::server::Shared;
+use crate::resources::{self, ObjectRequest};
 use crate::status::StatusError;
 use crate::store::EventsApi;
-use crate::tiers::{self, TierRequest};
+use crate::tiers;
 use crate::util::{object_name, parse_query};
 
 /// Where a path leads.
@@ -363,13 +365,13 @@ async fn dispatch(
                 Ok(body) => body,
                 Err(e) => return respond(&e),
             };
-            let request = TierRequest {
+            let request = ApiRequest {
                 user: &user,
                 query: &query,
                 content_type: media_type(&parts.headers),
                 body,
             };
-            Outcome::Respond(policies::serve(
+            Outcome::Respond(policy_api::serve(
                 shared,
                 resource,
                 verb,
@@ -443,7 +445,7 @@ async fn tiers_request(
     if let Some(outcome) = before_serving(fault.as_ref()).await {
         return outcome;
     }
-    let request = TierRequest {
+    let request = ApiRequest {
         user,
         query: &query,
         content_type: media_type(&parts.headers),

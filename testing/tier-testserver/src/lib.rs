@@ -21,15 +21,26 @@
 //! [`expire_next_watch`], and "other actor" writes through [`Store`]. Every request is
 //! recorded in a [`RequestLog`].
 //!
-//! Code map: `server` (listener, connections, [`TestApiServer`]), `api` (routing,
-//! authentication, faults, logging), `tiers` and `watch` (the Tier verbs; `watch` also serves
-//! the policy watches), [`policies`] (Antrea's ClusterNetworkPolicies and NetworkPolicies, 404
-//! when "not installed"), `store`
-//! (storage, resourceVersions, history), `tier` (the CRD schema), `antrea` (Antrea's system
-//! Tiers and webhook rules), `admission` (admission modes and the webhook client),
-//! `events`, `resources` (Secrets and ValidatingWebhookConfigurations), `auth` (TokenReview and
-//! SubjectAccessReview), `discovery`, `faults`, `log`, `status`, `config`, `kubeconfig`,
-//! `test_webhook`.
+//! # Layers
+//!
+//! The modules form layers, listed bottom first. A module uses only modules of its own layer
+//! or of lower ones, and the uses form no cycle (`tests/layers.rs` reads this list and the
+//! sources and fails otherwise). Shared types live in the lowest layer that needs them.
+//!
+//! 1. **base**, the protocol's vocabulary, knowing no resource: `util`, `patch`, `paging`,
+//!    `status`, `reply`, `faults`, `log`, `error`, `kubeconfig`.
+//! 2. **model**, the resources and their rules, without state: `tier` (Antrea's Tier CRD
+//!    schema), `antrea` (Antrea's system Tiers and webhook rules), `objects` (Secrets and
+//!    webhook configurations), `config`.
+//! 3. **store**, state and history: `history` (changes and the watch feed), `policies`
+//!    (Antrea's policy resources), `store` (Tiers, Events, objects, the resourceVersion).
+//! 4. **context**, what every handler is given: `admission` (admission modes and the webhook
+//!    client), `context` (shared state, the decoded request).
+//! 5. **handlers**, one per endpoint family: `watch`, `tiers`, `policy_api`, `resources`,
+//!    `events`, `auth`, `discovery`.
+//! 6. **routing**: `api` (routes, authentication, faults, the request log).
+//! 7. **servers**: `server` ([`TestApiServer`], listener, connections), `test_webhook`,
+//!    `install`.
 //!
 //! ```no_run
 //! use tier_testserver::{AdmissionMode, Fault, ServerConfig, TestApiServer, Verb};
@@ -60,15 +71,20 @@ pub mod antrea;
 mod api;
 mod auth;
 mod config;
+mod context;
 mod discovery;
 mod error;
 mod events;
 mod faults;
+mod history;
 mod install;
 mod kubeconfig;
 mod log;
+mod objects;
+mod paging;
 mod patch;
 pub mod policies;
+mod policy_api;
 mod reply;
 mod resources;
 mod server;
@@ -86,8 +102,8 @@ pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
 pub use install::{InstallError, install_shipped_secret};
 pub use kubeconfig::render as kubeconfig_for;
 pub use log::{Endpoint, RequestLog, RequestRecord};
+pub use objects::ObjectKind;
 pub use policies::{Policies, PolicyResource};
-pub use resources::ObjectKind;
 pub use server::TestApiServer;
 pub use status::{Cause, ResourceName, StatusError};
 pub use store::{EventsApi, Store};

@@ -4,7 +4,7 @@
 //!
 //! Served as far as a Tier webhook's policy cache and the tests need: list (all namespaces, or
 //! one; paged with `limit`/`continue`), watch (through the Tier watch machinery, the
-//! crate-private `watch::Feed`), get, create and delete. Objects are stored as sent (only metadata is filled in); no schema is
+//! crate-private `history::Feed`), get, create and delete. Objects are stored as sent (only metadata is filled in); no schema is
 //! enforced beyond a name. A resource that is not installed answers every request with 404, as
 //! kube-apiserver does for a CRD that does not exist; [`Policies::uninstall`] deletes its objects
 //! (emitting DELETED to open watches) and [`Policies::install`] brings it back empty.
@@ -14,19 +14,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use http::Response;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::faults::Verb;
-use crate::reply::{self, ResponseBody};
-use crate::server::Shared;
+use crate::history::{Change, ChangeType, Feed, Subscription, added, drain};
 use crate::status::{ResourceName, StatusError};
-use crate::store::{self, Change, ChangeType, Subscription};
 use crate::tier::{API_VERSION, GROUP};
-use crate::tiers::{self, TierRequest};
 use crate::util::{metadata_mut, new_uid, now_rfc3339, object_name};
-use crate::watch::{self, Feed};
 
 /// One of the two Antrea policy resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,7 +92,7 @@ pub fn policy(resource: PolicyResource, namespace: Option<&str>, name: &str, tie
 }
 
 /// (namespace, name): the storage key (namespace empty for cluster-scoped objects).
-type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 struct Resource {
     installed: bool,
@@ -278,7 +272,26 @@ impl Policies {
         })
     }
 
-    fn get(&self, resource: PolicyResource, key: &Key) -> Result<Value, StatusError> {
+    /// The resourceVersion and the objects of `resource` in `namespace` (`None`: all), keyed
+    /// `namespace/name` in order. 404 when not installed.
+    pub(crate) fn snapshot(
+        &self,
+        resource: PolicyResource,
+        namespace: Option<&str>,
+    ) -> Result<(u64, Vec<(String, Value)>), StatusError> {
+        let state = self.state();
+        check_installed(&state, resource)?;
+        let items = state.resources[resource.index()]
+            .objects
+            .iter()
+            .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
+            .map(|((ns, name), obj)| (format!("{ns}/{name}"), obj.clone()))
+            .collect();
+        Ok((state.rv, items))
+    }
+
+    /// The stored object at `key`. 404 when missing or not installed.
+    pub(crate) fn get(&self, resource: PolicyResource, key: &Key) -> Result<Value, StatusError> {
         let state = self.state();
         check_installed(&state, resource)?;
         state.resources[resource.index()]
@@ -310,9 +323,9 @@ fn push(slot: &mut Resource, rv: u64, kind: ChangeType, object: Value, old: Opti
 }
 
 /// One policy resource as a watch feed.
-struct PolicyFeed {
-    policies: Policies,
-    resource: PolicyResource,
+pub(crate) struct PolicyFeed {
+    pub(crate) policies: Policies,
+    pub(crate) resource: PolicyResource,
 }
 
 impl Feed for PolicyFeed {
@@ -328,7 +341,7 @@ impl Feed for PolicyFeed {
                 .filter(|c| c.rv > from)
                 .cloned()
                 .collect(),
-            _ => store::added(slot.objects.values(), state.rv),
+            _ => added(slot.objects.values(), state.rv),
         };
         Ok(Subscription {
             initial,
@@ -342,125 +355,24 @@ impl Feed for PolicyFeed {
         receiver: &mut broadcast::Receiver<Arc<Change>>,
     ) -> Result<(u64, Vec<Arc<Change>>), broadcast::error::TryRecvError> {
         let state = self.policies.state();
-        Ok((state.rv, store::drain(receiver)?))
+        Ok((state.rv, drain(receiver)?))
     }
 
     fn resource_version(&self) -> u64 {
         self.policies.state().rv
     }
 
-    fn kind(&self) -> &'static str {
+    fn api_version(&self) -> &str {
+        API_VERSION
+    }
+
+    fn kind(&self) -> &str {
         self.resource.kind()
     }
 
     fn expirable(&self) -> bool {
         false
     }
-}
-
-/// Serves one policy verb. `namespace` is the path's (`None`: all namespaces, or a
-/// cluster-scoped resource).
-pub(crate) fn serve(
-    shared: &Arc<Shared>,
-    resource: PolicyResource,
-    verb: Verb,
-    namespace: Option<&str>,
-    name: Option<&str>,
-    request: &TierRequest<'_>,
-) -> Response<ResponseBody> {
-    let policies = shared.store.policies();
-    let result = match (verb, name) {
-        (Verb::List, _) => list(&policies, resource, namespace, request),
-        (Verb::Watch, _) => {
-            let feed = Arc::new(PolicyFeed {
-                policies: policies.clone(),
-                resource,
-            });
-            let scope = watch::Scope {
-                name: None,
-                namespace: namespace.map(str::to_owned),
-            };
-            watch::start(shared, request, scope, feed)
-        }
-        (Verb::Get, Some(name)) => policies
-            .get(resource, &key(namespace, name))
-            .map(|obj| reply::json(200, &obj)),
-        (Verb::Create, _) => create(&policies, resource, namespace, request),
-        (Verb::Delete, Some(name)) => policies
-            .delete(resource, namespace, name)
-            .map(|obj| reply::json(200, &obj)),
-        _ => Err(StatusError::method_not_allowed("on Antrea policies")),
-    };
-    result.unwrap_or_else(|error| reply::status(&error))
-}
-
-fn key(namespace: Option<&str>, name: &str) -> Key {
-    (namespace.unwrap_or_default().to_owned(), name.to_owned())
-}
-
-fn create(
-    policies: &Policies,
-    resource: PolicyResource,
-    namespace: Option<&str>,
-    request: &TierRequest<'_>,
-) -> Result<Response<ResponseBody>, StatusError> {
-    let mut obj: Value = serde_json::from_slice(&request.body).map_err(|e| {
-        StatusError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
-    if let (Some(namespace), Some(meta)) = (namespace, metadata_mut(&mut obj)) {
-        meta.insert("namespace".into(), json!(namespace));
-    }
-    policies
-        .create(resource, obj)
-        .map(|obj| reply::json(201, &obj))
-}
-
-fn list(
-    policies: &Policies,
-    resource: PolicyResource,
-    namespace: Option<&str>,
-    request: &TierRequest<'_>,
-) -> Result<Response<ResponseBody>, StatusError> {
-    let limit = request
-        .param("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let after = match request.param("continue").filter(|c| !c.is_empty()) {
-        Some(token) => Some(tiers::decode_continue(token)?.1),
-        None => None,
-    };
-    let (rv, items) = {
-        let state = policies.state();
-        check_installed(&state, resource)?;
-        let items: Vec<(String, Value)> = state.resources[resource.index()]
-            .objects
-            .iter()
-            .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
-            .map(|((ns, name), obj)| (format!("{ns}/{name}"), obj.clone()))
-            .filter(|(k, _)| after.as_deref().is_none_or(|start| k.as_str() > start))
-            .collect();
-        (state.rv, items)
-    };
-    let total = items.len();
-    let take = limit.unwrap_or(total).min(total);
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if take < total {
-        let last = items
-            .get(take.saturating_sub(1))
-            .map_or("", |(k, _)| k.as_str());
-        metadata["continue"] = json!(tiers::encode_continue(rv, last));
-        metadata["remainingItemCount"] = json!(total - take);
-    }
-    let page: Vec<Value> = items.into_iter().take(take).map(|(_, o)| o).collect();
-    Ok(reply::json(
-        200,
-        &json!({
-            "apiVersion": API_VERSION,
-            "kind": format!("{}List", resource.kind()),
-            "metadata": metadata,
-            "items": page,
-        }),
-    ))
 }
 
 #[cfg(test)]

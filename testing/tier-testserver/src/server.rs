@@ -1,7 +1,6 @@
 //! The server: the loopback listener, per-connection tasks, and [`TestApiServer`], the
 //! handle tests use to steer and inspect it.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,59 +18,13 @@ use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
 use crate::config::{AdmissionMode, ServerConfig};
+use crate::context::{Grant, Shared};
 use crate::error::Error;
 use crate::faults::{Fault, FaultId, Faults, Verb};
 use crate::kubeconfig;
 use crate::log::{LogBook, RequestLog};
 use crate::reply::Outcome;
 use crate::store::Store;
-
-/// State shared by the handle and every connection task.
-pub(crate) struct Shared {
-    pub(crate) store: Store,
-    pub(crate) users: RwLock<BTreeMap<String, String>>,
-    /// Non-resource permissions SubjectAccessReviews allow.
-    pub(crate) grants: RwLock<Vec<crate::auth::Grant>>,
-    pub(crate) admission: RwLock<Arc<Admission>>,
-    pub(crate) faults: Faults,
-    pub(crate) log: LogBook,
-    /// Bumped by `drop_watches`; every open watch ends when it changes.
-    pub(crate) watch_generation: watch::Sender<u64>,
-    /// How many upcoming watch requests get a 410 ERROR event.
-    pub(crate) expire_watches: AtomicUsize,
-    pub(crate) open_watches: AtomicUsize,
-    pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) config: ServerConfig,
-    pub(crate) addr: SocketAddr,
-}
-
-impl Shared {
-    /// The user owning bearer `token`.
-    pub(crate) fn user_for(&self, token: &str) -> Option<String> {
-        self.users
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(token)
-            .cloned()
-    }
-
-    /// The non-resource grants.
-    pub(crate) fn grants(&self) -> Vec<crate::auth::Grant> {
-        self.grants
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    pub(crate) fn admission(&self) -> Arc<Admission> {
-        Arc::clone(
-            &self
-                .admission
-                .read()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
-    }
-}
 
 /// An in-process Kubernetes API server serving Antrea Tiers over plain HTTP on 127.0.0.1.
 ///
@@ -166,7 +119,7 @@ impl TestApiServer {
             .grants
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(crate::auth::Grant {
+            .push(Grant {
                 user: user.to_owned(),
                 verb: verb.to_owned(),
                 path: path.to_owned(),

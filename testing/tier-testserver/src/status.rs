@@ -301,7 +301,12 @@ fn name_details(resource: ResourceName, name: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::TIERS;
+
+    const TIERS: ResourceName = ResourceName {
+        group: "crd.antrea.io",
+        plural: "tiers",
+        kind: "Tier",
+    };
 
     #[test]
     fn renders_not_found_like_kube_apiserver() {

@@ -11,57 +11,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::history::{Change, ChangeType, Feed, Subscription, added, drain};
+use crate::objects::{ObjectKey, ObjectKind, key, stamp};
 use crate::policies::Policies;
-use crate::status::{ResourceName, StatusError};
+use crate::status::{Cause, ResourceName, StatusError};
 use crate::tier::{self, API_VERSION, KIND, TIERS};
 use crate::util::{
-    metadata_mut, new_uid, now_rfc3339, object_name, object_rv, object_uid, random_suffix,
+    metadata_mut, new_uid, now_rfc3339, object_name, object_rv, object_uid, parse_rv, random_suffix,
 };
-
-/// Type of a Tier change, as watch events name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChangeType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl ChangeType {
-    /// The watch event `type`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Added => "ADDED",
-            Self::Modified => "MODIFIED",
-            Self::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One committed Tier change.
-#[derive(Debug, Clone)]
-pub(crate) struct Change {
-    /// resourceVersion of the write.
-    pub(crate) rv: u64,
-    pub(crate) kind: ChangeType,
-    /// The object after the write (for a delete: the last state, carrying the delete's rv).
-    pub(crate) object: Value,
-    /// The object before the write, if it existed.
-    pub(crate) old: Option<Value>,
-}
 
 /// DeleteOptions preconditions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Preconditions {
     pub(crate) uid: Option<String>,
     pub(crate) resource_version: Option<String>,
-}
-
-/// A new watch's starting point: what to send first and the receiver of later changes.
-pub(crate) struct Subscription {
-    pub(crate) initial: Vec<Arc<Change>>,
-    pub(crate) receiver: broadcast::Receiver<Arc<Change>>,
-    /// The store's resourceVersion when the subscription was made.
-    pub(crate) rv: u64,
 }
 
 /// Which Events API an Event was written through.
@@ -116,7 +79,7 @@ struct State {
     floor: u64,
     events: Vec<(EventsApi, Value)>,
     /// Secrets and webhook configurations (`resources`).
-    objects: BTreeMap<crate::resources::ObjectKey, Value>,
+    objects: BTreeMap<ObjectKey, Value>,
 }
 
 impl std::fmt::Debug for Store {
@@ -170,7 +133,7 @@ impl Store {
     /// store's lock.
     pub(crate) fn with_objects<R>(
         &self,
-        f: impl FnOnce(&mut u64, &mut BTreeMap<crate::resources::ObjectKey, Value>) -> R,
+        f: impl FnOnce(&mut u64, &mut BTreeMap<ObjectKey, Value>) -> R,
     ) -> R {
         let mut state = self.state();
         let state = &mut *state;
@@ -519,7 +482,7 @@ impl Store {
                         api.resource().group,
                         "Event",
                         "",
-                        &[crate::status::Cause::new(
+                        &[Cause::new(
                             "FieldValueRequired",
                             "Required value: name or generateName is required",
                             "metadata.name",
@@ -641,46 +604,81 @@ impl Store {
     }
 }
 
+/// The plain objects ([`ObjectKind`]): Secrets and webhook configurations.
+impl Store {
+    /// The stored object, if present (`namespace` is ignored for a cluster-scoped kind).
+    pub fn object(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<Value> {
+        let key = key(kind, namespace, name);
+        self.with_objects(|_, objects| objects.get(&key).cloned())
+    }
+
+    /// Every stored object of `kind`, in every namespace, ordered by namespace and name.
+    pub fn objects(&self, kind: ObjectKind) -> Vec<Value> {
+        self.with_objects(|_, objects| {
+            objects
+                .iter()
+                .filter(|((k, _, _), _)| *k == kind)
+                .map(|(_, v)| v.clone())
+                .collect()
+        })
+    }
+
+    /// Stores `obj` as another actor would, creating or replacing it unconditionally; returns
+    /// it as stored. 400 BadRequest without `metadata.name`.
+    pub fn put_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        obj: Value,
+    ) -> Result<Value, StatusError> {
+        let name = object_name(&obj)
+            .ok_or_else(|| StatusError::bad_request("an object needs metadata.name"))?
+            .to_owned();
+        let key = key(kind, namespace, &name);
+        self.with_objects(|rv, objects| {
+            let existing = objects.get(&key).cloned();
+            let stored = stamp(kind, &key, obj, existing.as_ref(), rv);
+            objects.insert(key, stored.clone());
+            Ok(stored)
+        })
+    }
+}
+
+impl Feed for Store {
+    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError> {
+        Store::subscribe(self, from, initial)
+    }
+
+    fn sync_point(
+        &self,
+        receiver: &mut broadcast::Receiver<Arc<Change>>,
+    ) -> Result<(u64, Vec<Arc<Change>>), broadcast::error::TryRecvError> {
+        Store::sync_point(self, receiver)
+    }
+
+    fn resource_version(&self) -> u64 {
+        Store::resource_version(self)
+    }
+
+    fn api_version(&self) -> &str {
+        API_VERSION
+    }
+
+    fn kind(&self) -> &str {
+        KIND
+    }
+
+    fn expirable(&self) -> bool {
+        true
+    }
+}
+
 fn find_event(state: &State, api: EventsApi, namespace: &str, name: &str) -> Option<usize> {
     state.events.iter().position(|(a, e)| {
         *a == api
             && e.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace)
             && object_name(e) == Some(name)
     })
-}
-
-/// Synthetic ADDED changes for `objects`, at their own resourceVersion (else `rv`): what a
-/// watch from "now" sends first.
-pub(crate) fn added<'a>(objects: impl Iterator<Item = &'a Value>, rv: u64) -> Vec<Arc<Change>> {
-    objects
-        .map(|obj| {
-            Arc::new(Change {
-                rv: object_rv(obj).and_then(parse_rv).unwrap_or(rv),
-                kind: ChangeType::Added,
-                object: obj.clone(),
-                old: None,
-            })
-        })
-        .collect()
-}
-
-/// Every change already queued for `receiver`.
-pub(crate) fn drain(
-    receiver: &mut broadcast::Receiver<Arc<Change>>,
-) -> Result<Vec<Arc<Change>>, broadcast::error::TryRecvError> {
-    let mut pending = Vec::new();
-    loop {
-        match receiver.try_recv() {
-            Ok(change) => pending.push(change),
-            Err(broadcast::error::TryRecvError::Empty) => return Ok(pending),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Parses a resourceVersion string.
-pub(crate) fn parse_rv(text: &str) -> Option<u64> {
-    text.parse().ok()
 }
 
 fn too_old(requested: u64, floor: u64) -> StatusError {

@@ -4,54 +4,28 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::Response;
 use serde_json::{Value, json};
 
 use crate::admission::AdmissionInput;
 use crate::antrea::Operation;
+use crate::context::{ApiRequest, Shared, refuse_selectors};
 use crate::faults::Verb;
+use crate::paging::{decode_continue, encode_continue};
 use crate::patch;
 use crate::reply::{self, ResponseBody};
-use crate::server::Shared;
 use crate::status::{Cause, StatusError};
-use crate::store::{Preconditions, check_preconditions, parse_rv};
+use crate::store::{Preconditions, check_preconditions};
 use crate::tier::{self, API_VERSION, GROUP, LIST_KIND, PLURAL, TIERS};
-use crate::util::{
-    hex_decode, hex_encode, metadata_mut, object_name, object_rv, object_uid, random_suffix,
-};
+use crate::util::{metadata_mut, object_name, object_rv, object_uid, parse_rv, random_suffix};
 use crate::watch;
-
-/// A decoded Tier request.
-pub(crate) struct TierRequest<'a> {
-    pub(crate) user: &'a str,
-    pub(crate) query: &'a [(String, String)],
-    /// Media type of the body, lowercased, without parameters.
-    pub(crate) content_type: String,
-    pub(crate) body: Bytes,
-}
-
-impl TierRequest<'_> {
-    /// The last value of query parameter `key`.
-    pub(crate) fn param(&self, key: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn dry_run(&self) -> bool {
-        self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
-    }
-}
 
 /// Serves one Tier verb; failures become Status responses.
 pub(crate) async fn serve(
     shared: &Arc<Shared>,
     verb: Verb,
     name: Option<&str>,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Response<ResponseBody> {
     let result = match (verb, name) {
         (Verb::List, _) => list(shared, request),
@@ -82,48 +56,7 @@ fn get(shared: &Shared, name: &str) -> Result<Response<ResponseBody>, StatusErro
     Ok(reply::json(200, &obj))
 }
 
-/// A continue token: the list's resourceVersion and the last name returned.
-pub(crate) fn encode_continue(rv: u64, last: &str) -> String {
-    hex_encode(
-        json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last})
-            .to_string()
-            .as_bytes(),
-    )
-}
-
-pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), StatusError> {
-    let invalid = || {
-        StatusError::bad_request(
-            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
-        )
-    };
-    let bytes = hex_decode(token).ok_or_else(invalid)?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
-    let rv = value
-        .get("rv")
-        .and_then(Value::as_u64)
-        .ok_or_else(invalid)?;
-    let start = value
-        .get("start")
-        .and_then(Value::as_str)
-        .ok_or_else(invalid)?;
-    Ok((rv, start.to_owned()))
-}
-
-/// Label and field selectors are not implemented: neither tierd nor kube's default watcher
-/// sends them, so a request that does is refused rather than answered unfiltered.
-pub(crate) fn refuse_selectors(request: &TierRequest<'_>) -> Result<(), StatusError> {
-    for param in ["labelSelector", "fieldSelector"] {
-        if request.param(param).is_some_and(|s| !s.is_empty()) {
-            return Err(StatusError::bad_request(format!(
-                "{param} is not implemented by tier-testserver (tierd never sends one)"
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseBody>, StatusError> {
+fn list(shared: &Shared, request: &ApiRequest<'_>) -> Result<Response<ResponseBody>, StatusError> {
     refuse_selectors(request)?;
     let limit = match request.param("limit") {
         None | Some("") => None,
@@ -188,7 +121,7 @@ fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseB
 
 const JSON_TYPES: &[&str] = &["application/json"];
 
-fn require_json(request: &TierRequest<'_>) -> Result<(), StatusError> {
+fn require_json(request: &ApiRequest<'_>) -> Result<(), StatusError> {
     if request.content_type == "application/json" {
         Ok(())
     } else {
@@ -207,7 +140,7 @@ fn decode(body: &[u8]) -> Result<Value, StatusError> {
 
 async fn create(
     shared: &Shared,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     require_json(request)?;
     let mut obj = decode(&request.body)?;
@@ -271,7 +204,7 @@ fn uid_mismatch(obj: &Value, existing: &Value, name: &str) -> Result<(), StatusE
 async fn update(
     shared: &Shared,
     name: &str,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     require_json(request)?;
     let mut obj = decode(&request.body)?;
@@ -330,7 +263,7 @@ const PATCH_ATTEMPTS: usize = 5;
 async fn patch(
     shared: &Shared,
     name: &str,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     // JSON merge patch only: what kube clients (and the embedding example) send. JSON patch
     // and server-side apply are refused with 415, never answered wrongly.
@@ -401,7 +334,7 @@ async fn patch(
 async fn delete(
     shared: &Shared,
     name: &str,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     let mut preconditions = Preconditions::default();
     let mut dry_run = request.dry_run();
@@ -447,20 +380,4 @@ async fn delete(
         .await?;
     let (obj, gone) = shared.store.commit_delete(name, &preconditions, dry_run)?;
     Ok(reply::json(if gone { 200 } else { 202 }, &obj))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn continue_tokens_round_trip() {
-        let token = encode_continue(42, "baseline");
-        assert_eq!(
-            decode_continue(&token).unwrap(),
-            (42, "baseline".to_owned())
-        );
-        assert_eq!(decode_continue("zz").unwrap_err().code, 400);
-        assert_eq!(decode_continue(&hex_encode(b"{}")).unwrap_err().code, 400);
-    }
 }

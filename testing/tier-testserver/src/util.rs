@@ -12,6 +12,11 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
+/// Parses a resourceVersion string.
+pub(crate) fn parse_rv(text: &str) -> Option<u64> {
+    text.parse().ok()
+}
+
 /// The current time as an RFC 3339 UTC timestamp with second precision (`metav1.Time`).
 pub(crate) fn now_rfc3339() -> String {
     let secs = SystemTime::now()

@@ -1,5 +1,5 @@
 //! Watches: a chunked stream of one JSON event per line (ADDED, MODIFIED, DELETED, BOOKMARK,
-//! ERROR), fed by a [`Feed`] (the Tier store, or one Antrea policy resource), ended by
+//! ERROR), fed by a `Feed` (the Tier store, or one Antrea policy resource), ended by
 //! `timeoutSeconds`, [`drop_watches`](crate::TestApiServer::drop_watches) or server shutdown.
 
 use std::sync::Arc;
@@ -12,54 +12,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
+use crate::context::{ApiRequest, Shared, refuse_selectors};
+use crate::history::{Change, Feed, Subscription};
 use crate::reply::{self, ResponseBody};
-use crate::server::Shared;
 use crate::status::StatusError;
-use crate::store::{Change, Store, Subscription, parse_rv};
-use crate::tier::{API_VERSION, KIND};
-use crate::tiers::TierRequest;
-
-/// What a watch streams: a resource's changes, replayable from a resourceVersion.
-pub(crate) trait Feed: Send + Sync + 'static {
-    /// Starts a subscription; see [`Store::subscribe`].
-    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError>;
-    /// The current resourceVersion with every change queued for `receiver`.
-    fn sync_point(
-        &self,
-        receiver: &mut tokio::sync::broadcast::Receiver<Arc<Change>>,
-    ) -> Result<(u64, Vec<Arc<Change>>), tokio::sync::broadcast::error::TryRecvError>;
-    /// The current resourceVersion.
-    fn resource_version(&self) -> u64;
-    /// `kind` of the objects (for BOOKMARK events).
-    fn kind(&self) -> &'static str;
-    /// Whether [`expire_next_watch`](crate::TestApiServer::expire_next_watch) applies.
-    fn expirable(&self) -> bool;
-}
-
-impl Feed for Store {
-    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError> {
-        Store::subscribe(self, from, initial)
-    }
-
-    fn sync_point(
-        &self,
-        receiver: &mut tokio::sync::broadcast::Receiver<Arc<Change>>,
-    ) -> Result<(u64, Vec<Arc<Change>>), tokio::sync::broadcast::error::TryRecvError> {
-        Store::sync_point(self, receiver)
-    }
-
-    fn resource_version(&self) -> u64 {
-        Store::resource_version(self)
-    }
-
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
-    fn expirable(&self) -> bool {
-        true
-    }
-}
+use crate::util::parse_rv;
 
 /// Chunks buffered between the watch task and the connection.
 const STREAM_BUFFER: usize = 256;
@@ -79,11 +36,11 @@ struct WatchParams {
 /// holding one ERROR event with a 410 Expired Status, as kube-apiserver's watch cache does.
 pub(crate) fn start(
     shared: &Arc<Shared>,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
     scope: Scope,
     feed: Arc<dyn Feed>,
 ) -> Result<Response<ResponseBody>, StatusError> {
-    crate::tiers::refuse_selectors(request)?;
+    refuse_selectors(request)?;
     let from = match request.param("resourceVersion") {
         None | Some("" | "0") => None,
         Some(text) => Some(parse_rv(text).ok_or_else(|| {
@@ -166,8 +123,13 @@ async fn run(
             return;
         }
     }
-    let kind = feed.kind();
-    if params.initial_events && sender.send(bookmark(kind, rv, true)).await.is_err() {
+    let (api_version, kind) = (feed.api_version(), feed.kind());
+    if params.initial_events
+        && sender
+            .send(bookmark(api_version, kind, rv, true))
+            .await
+            .is_err()
+    {
         return;
     }
     let deadline = tokio::time::sleep(params.timeout);
@@ -192,7 +154,7 @@ async fn run(
                         return;
                     }
                 }
-                if sender.send(bookmark(kind, rv, false)).await.is_err() {
+                if sender.send(bookmark(api_version, kind, rv, false)).await.is_err() {
                     return;
                 }
             }
@@ -259,14 +221,15 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(text)
 }
 
-/// A BOOKMARK of `kind` at `rv`; `initial_end` marks the end of `sendInitialEvents`.
-fn bookmark(kind: &str, rv: u64, initial_end: bool) -> Bytes {
+/// A BOOKMARK of `api_version`/`kind` at `rv`; `initial_end` marks the end of
+/// `sendInitialEvents`.
+fn bookmark(api_version: &str, kind: &str, rv: u64, initial_end: bool) -> Bytes {
     let mut metadata = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
     line(
         "BOOKMARK",
-        &json!({"kind": kind, "apiVersion": API_VERSION, "metadata": metadata}),
+        &json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
     )
 }

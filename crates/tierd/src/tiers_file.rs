@@ -1,4 +1,5 @@
-//! The `--tiers FILE` format: a YAML document that replaces the default Antrea set.
+//! The `--tiers FILE` format of `tierd` (a YAML document that replaces the default Antrea set),
+//! for the binary and for embedders that read the same file.
 //!
 //! ```yaml
 //! tiers:
@@ -19,7 +20,8 @@
 //!
 //! Shape errors found while reading the document come first, then the rules of
 //! [`tier_core::DesiredSet`] over every well-formed entry (so one malformed entry hides no other
-//! problem). Nothing is sent to any API before the file is valid.
+//! problem). Nothing here talks to an API: `tierd` validates the file before it builds a
+//! client.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -97,27 +99,30 @@ fn list(problems: &[Problem]) -> String {
     problems.iter().map(|p| format!("\n  - {p}")).collect()
 }
 
-/// Reads and validates the Tiers file at `path` under Antrea's default rules.
+/// Reads the Tiers file at `path` and hands its text to `parse` (one parser per controller's
+/// format; Antrea's is [`parse_with`]), naming the file in either error.
+///
+/// ```no_run
+/// use tier_core::ValidationRules;
+/// use tierd::tiers_file;
+///
+/// let rules = ValidationRules::default();
+/// let desired = tiers_file::load("tiers.yaml".as_ref(), |text| tiers_file::parse_with(text, &rules));
+/// ```
 ///
 /// # Errors
 ///
-/// [`TiersFileError::Read`] when unreadable, [`TiersFileError::Invalid`] listing every problem.
-pub fn load(path: &Path) -> Result<DesiredSet, TiersFileError> {
-    load_with(path, &ValidationRules::default())
-}
-
-/// Reads and validates the Tiers file at `path` under `rules` (for example with the
-/// `ClusterNetworkPolicy` feature gate's reserved priority).
-///
-/// # Errors
-///
-/// As [`load`].
-pub fn load_with(path: &Path, rules: &ValidationRules) -> Result<DesiredSet, TiersFileError> {
+/// [`TiersFileError::Read`] when unreadable, [`TiersFileError::Invalid`] listing every problem
+/// `parse` found.
+pub fn load<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, Vec<Problem>>,
+) -> Result<T, TiersFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| TiersFileError::Read {
         path: path.to_owned(),
         source,
     })?;
-    parse_with(&text, rules).map_err(|problems| TiersFileError::Invalid {
+    parse(&text).map_err(|problems| TiersFileError::Invalid {
         path: path.to_owned(),
         problems,
     })
