@@ -8,7 +8,7 @@
 //!
 //! | strategy | what it does |
 //! |---|---|
-//! | `tierd` | one driver per initializer, continuous; must converge within [`Scenario::convergence_bound`], never write before its cache synced, never two calls in flight for one Tier, and then write nothing for [`SimConfig::settle`] |
+//! | `tierd` | one driver per initializer, continuous; must converge within [`Scenario::convergence_bound`], write only desired Tiers, never before its cache synced, never two calls in flight for one Tier, and then write nothing for [`SimConfig::settle`] |
 //! | `calico` | [`calico_ensure_initialized`]: a blind create per built-in, `AlreadyExists` and `Unauthorized`/`Forbidden` count as success, never an update; retried every 5 s for 60 s, then fatal |
 //!
 //! The report says per strategy: converged (the store exactly desired at the end), stuck (tierd:
@@ -141,10 +141,10 @@ impl CalicoScenario {
         match world {
             CalicoWorld::Empty | CalicoWorld::CrdMissing => {}
             CalicoWorld::WrongBuiltIn => {
-                let wrong = rng.usize(1..=2);
-                let first = rng.usize(..built_ins.len());
+                // One or two of the three, in a cyclic run from a random one.
+                let (n, wrong, first) = (built_ins.len(), rng.usize(1..=2), rng.usize(..3));
                 for (i, mut tier) in built_ins.into_iter().enumerate() {
-                    if (i + built_ins_len() - first) % built_ins_len() < wrong {
+                    if (i + n - first) % n < wrong {
                         match rng.u32(0..3) {
                             0 => tier.order = wrong_order(&mut rng, tier.order),
                             1 => tier.default_action = flip(tier.default_action),
@@ -209,10 +209,6 @@ impl CalicoScenario {
             .filter(|want| !self.start.contains(want))
             .count()
     }
-}
-
-fn built_ins_len() -> usize {
-    calico::built_ins().len()
 }
 
 /// How Calico's `EnsureInitialized` ended.
