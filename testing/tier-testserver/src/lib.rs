@@ -112,7 +112,7 @@ mod util;
 mod watch;
 
 pub use calico::CalicoApi;
-pub use config::{AdmissionMode, FailurePolicy, ServerConfig, WebhookConfig};
+pub use config::{AdmissionMode, FailurePolicy, Limits, ServerConfig, WebhookConfig};
 pub use error::Error;
 pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
 pub use install::{InstallError, install_shipped_secret};

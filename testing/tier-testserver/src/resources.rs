@@ -138,10 +138,17 @@ fn write(
     let updating = request.name.is_some();
     let expected = object_rv(&obj).map(str::to_owned);
     let key = key(request.kind, request.namespace, &name);
+    let max_objects = store.max_objects();
     store.with_objects(|rv, objects| {
         let existing = objects.get(&key).cloned();
         match (&existing, updating) {
             (Some(_), false) => return Err(StatusError::already_exists(resource, &name)),
+            (None, false)
+                if objects.keys().filter(|(k, _, _)| *k == request.kind).count()
+                    >= max_objects =>
+            {
+                return Err(StatusError::full(resource, max_objects));
+            }
             (None, true) => return Err(StatusError::not_found(resource, &name)),
             (None, false) if expected.is_some() => {
                 return Err(StatusError::internal(
@@ -217,7 +224,7 @@ mod tests {
 
     #[test]
     fn create_is_create_if_absent_and_update_is_optimistic() {
-        let store = Store::new(10, crate::calico::CalicoApi::V3, false);
+        let store = Store::new(&crate::config::ServerConfig::default());
         let body = json!({"metadata": {"name": "s"}, "data": {"a": "YQ=="}}).to_string();
         let kind = ObjectKind::Secret;
         let created = write(&store, &request(kind, None, body.as_bytes()), None).unwrap();
@@ -257,7 +264,7 @@ mod tests {
 
     #[test]
     fn cluster_scoped_objects_ignore_the_namespace() {
-        let store = Store::new(10, crate::calico::CalicoApi::V3, false);
+        let store = Store::new(&crate::config::ServerConfig::default());
         let kind = ObjectKind::ValidatingWebhookConfiguration;
         store
             .put_object(kind, "whatever", json!({"metadata": {"name": "w"}}))

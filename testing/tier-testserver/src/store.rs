@@ -7,13 +7,14 @@
 //! [`Store::put_raw`]); every write bumps the resourceVersion and reaches open watches.
 //! [`CalicoTiers`] is the same API for Calico's Tiers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::calico::CalicoApi;
+use crate::config::ServerConfig;
 use crate::history::{Change, Feed, Subscription, drain};
 use crate::objects::{ObjectKey, ObjectKind, key, stamp};
 use crate::policies::Policies;
@@ -80,7 +81,11 @@ struct State {
     rv: u64,
     antrea: Table,
     calico: Table,
-    events: Vec<(EventsApi, Value)>,
+    /// Oldest first, at most `max_events`.
+    events: VecDeque<(EventsApi, Value)>,
+    max_events: usize,
+    /// Most plain objects per kind.
+    max_objects: usize,
     /// Secrets and webhook configurations (`objects`).
     objects: BTreeMap<ObjectKey, Value>,
 }
@@ -114,20 +119,27 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// An empty store at resourceVersion 1 whose Tier tables retain their last `window`
-    /// changes; Calico's Tier is served at `calico` and its CRD installed when
-    /// `calico_installed`.
-    pub(crate) fn new(window: usize, calico: CalicoApi, calico_installed: bool) -> Self {
+    /// An empty store at resourceVersion 1 as `config` shapes it: the watch window, Calico's
+    /// API and whether its CRD is installed, the limits.
+    pub(crate) fn new(config: &ServerConfig) -> Self {
+        let (window, limits, calico) = (config.watch_window, config.limits, config.calico_api);
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     rv: 1,
-                    antrea: Table::new(Arc::new(tier::Schema), window, true),
-                    calico: Table::new(Arc::new(calico), window, calico_installed),
-                    events: Vec::new(),
+                    antrea: Table::new(Arc::new(tier::Schema), window, limits.max_objects, true),
+                    calico: Table::new(
+                        Arc::new(calico),
+                        window,
+                        limits.max_objects,
+                        config.calico_installed,
+                    ),
+                    events: VecDeque::new(),
+                    max_events: limits.max_events.max(1),
+                    max_objects: limits.max_objects,
                     objects: BTreeMap::new(),
                 }),
-                policies: Policies::default(),
+                policies: Policies::new(window, limits.max_objects),
                 calico,
             }),
         }
@@ -166,6 +178,11 @@ impl Store {
         let mut state = self.state();
         let state = &mut *state;
         f(&mut state.rv, &mut state.objects)
+    }
+
+    /// Most plain objects per kind ([`Limits::max_objects`](crate::config::Limits)).
+    pub(crate) fn max_objects(&self) -> usize {
+        self.state().max_objects
     }
 
     /// Runs `f` on Tier table `id` and the resourceVersion counter, under the store's lock;
@@ -383,7 +400,10 @@ impl Store {
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
-        state.events.push((api, obj.clone()));
+        while state.events.len() >= state.max_events {
+            state.events.pop_front();
+        }
+        state.events.push_back((api, obj.clone()));
         Ok(obj)
     }
 
@@ -652,7 +672,51 @@ mod tests {
     use crate::util::object_uid;
 
     fn new_store(window: usize) -> Store {
-        Store::new(window, CalicoApi::V3, true)
+        Store::new(
+            &ServerConfig::default()
+                .watch_window(window)
+                .calico(CalicoApi::V3),
+        )
+    }
+
+    #[test]
+    fn tables_and_events_are_bounded() {
+        let limits = crate::config::Limits {
+            max_objects: 2,
+            max_events: 2,
+            ..Default::default()
+        };
+        let store = Store::new(&ServerConfig::default().limits(limits).calico(CalicoApi::V3));
+        store.create(tier("a", 1, None)).unwrap();
+        store.create(tier("b", 2, None)).unwrap();
+        let full = store.create(tier("c", 3, None)).unwrap_err();
+        assert_eq!(full.code, 500);
+        assert!(
+            full.message.contains("at most 2 tiers.crd.antrea.io"),
+            "{full:?}"
+        );
+        assert_eq!(store.put_raw(tier("c", 3, None)).unwrap_err().code, 500);
+        // Replacing is not growing; the other table has its own room.
+        assert!(store.put_raw(tier("b", 4, None)).is_ok());
+        store.calico().create_builtins().unwrap_err();
+        assert_eq!(store.calico().list().len(), 2);
+        store.delete("a").unwrap();
+        store.create(tier("c", 3, None)).unwrap();
+        for name in ["e1", "e2", "e3"] {
+            store
+                .create_event(
+                    EventsApi::CoreV1,
+                    "default",
+                    json!({"metadata": {"name": name}}),
+                )
+                .unwrap();
+        }
+        let names: Vec<_> = store
+            .events()
+            .iter()
+            .map(|e| e["metadata"]["name"].clone())
+            .collect();
+        assert_eq!(names, ["e2", "e3"]);
     }
 
     fn rv(obj: &Value) -> u64 {

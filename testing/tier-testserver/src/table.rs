@@ -41,11 +41,19 @@ pub(crate) struct Table {
     floor: u64,
     changes: broadcast::Sender<Arc<Change>>,
     installed: bool,
+    /// Most objects stored at once.
+    max_objects: usize,
 }
 
 impl Table {
-    /// An empty table of `schema` retaining the last `window` changes.
-    pub(crate) fn new(schema: Arc<dyn Schema>, window: usize, installed: bool) -> Self {
+    /// An empty table of `schema` retaining the last `window` changes and holding at most
+    /// `max_objects` objects.
+    pub(crate) fn new(
+        schema: Arc<dyn Schema>,
+        window: usize,
+        max_objects: usize,
+        installed: bool,
+    ) -> Self {
         Self {
             schema,
             objects: BTreeMap::new(),
@@ -54,6 +62,7 @@ impl Table {
             floor: 0,
             changes: broadcast::channel(WATCH_CHANNEL_CAPACITY).0,
             installed,
+            max_objects,
         }
     }
 
@@ -130,6 +139,7 @@ impl Table {
         if self.objects.contains_key(&name) {
             return Err(StatusError::already_exists(self.resource(), &name));
         }
+        self.check_room()?;
         let next = *rv + 1;
         if let Some(meta) = metadata_mut(&mut obj) {
             meta.insert("uid".into(), json!(new_uid()));
@@ -251,8 +261,11 @@ impl Table {
         let name = object_name(&obj)
             .ok_or_else(|| StatusError::bad_request("put_raw needs metadata.name"))?
             .to_owned();
-        *rv += 1;
         let old = self.objects.get(&name).cloned();
+        if old.is_none() {
+            self.check_room()?;
+        }
+        *rv += 1;
         if let Some(meta) = metadata_mut(&mut obj) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
             meta.entry("uid").or_insert_with(|| json!(new_uid()));
@@ -331,6 +344,15 @@ impl Table {
             receiver,
             rv,
         })
+    }
+
+    /// 500 when one more object would exceed the bound.
+    fn check_room(&self) -> Result<(), StatusError> {
+        if self.objects.len() >= self.max_objects {
+            Err(StatusError::full(self.resource(), self.max_objects))
+        } else {
+            Ok(())
+        }
     }
 
     fn record_delete(&mut self, rv: &mut u64, mut obj: Value) -> Value {

@@ -3,7 +3,7 @@
 //! `timeoutSeconds`, [`drop_watches`](crate::TestApiServer::drop_watches) or server shutdown.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -57,6 +57,7 @@ pub(crate) fn start(
             .filter(|t| *t > 0)
             .map_or(shared.config.default_watch_timeout, Duration::from_secs),
     };
+    let slot = OpenWatch::reserve(shared)?;
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
     let expired = feed.expirable()
         && shared
@@ -68,14 +69,14 @@ pub(crate) fn start(
         Err(StatusError::expired(format!(
             "too old resource version: {} ({})",
             from.unwrap_or(rv),
-            rv + 1
+            rv.saturating_add(1)
         )))
     } else {
         feed.subscribe(from, params.initial_events)
     };
     match subscription {
         Ok(subscription) => {
-            tokio::spawn(run(Arc::clone(shared), feed, subscription, params, sender));
+            tokio::spawn(run(slot, feed, subscription, params, sender));
         }
         Err(error) => {
             // The channel is empty, so this cannot fail for lack of room; dropping the
@@ -86,30 +87,45 @@ pub(crate) fn start(
     Ok(reply::stream(receiver))
 }
 
-/// Counts a watch as open while alive.
-struct OpenWatch<'a>(&'a AtomicUsize);
+/// A watch counted as open while alive; there are at most
+/// [`Limits::max_watches`](crate::config::Limits) at once.
+struct OpenWatch(Arc<Shared>);
 
-impl<'a> OpenWatch<'a> {
-    fn new(counter: &'a AtomicUsize) -> Self {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Self(counter)
+impl OpenWatch {
+    /// Counts one more open watch, or 429 TooManyRequests (`Retry-After: 1`) at the bound.
+    fn reserve(shared: &Arc<Shared>) -> Result<Self, StatusError> {
+        let max = shared.config.limits.max_watches;
+        shared
+            .open_watches
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| {
+                StatusError::new(
+                    429,
+                    "TooManyRequests",
+                    format!("too many open watches (at most {max}), please try again later"),
+                )
+                .with_retry_after(1)
+            })?;
+        Ok(Self(Arc::clone(shared)))
     }
 }
 
-impl Drop for OpenWatch<'_> {
+impl Drop for OpenWatch {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.open_watches.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 async fn run(
-    shared: Arc<Shared>,
+    slot: OpenWatch,
     feed: Arc<dyn Feed>,
     subscription: Subscription,
     params: WatchParams,
     sender: mpsc::Sender<Bytes>,
 ) {
-    let _open = OpenWatch::new(&shared.open_watches);
+    let shared = &slot.0;
     let mut generation = shared.watch_generation.subscribe();
     generation.mark_unchanged();
     let mut shutdown = shared.shutdown.clone();

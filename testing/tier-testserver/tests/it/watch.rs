@@ -203,3 +203,41 @@ async fn other_actor_writes_reach_watches() {
     .collect();
     assert_eq!(kinds, ["ADDED", "MODIFIED", "DELETED"]);
 }
+
+#[tokio::test]
+async fn watches_beyond_the_bound_get_429_until_one_closes() {
+    let limits = tier_testserver::Limits {
+        max_watches: 1,
+        ..Default::default()
+    };
+    let server = server(ServerConfig::default().limits(limits)).await;
+    let http = Http::admin(&server);
+    let first = WatchReader::open(&http, "").await;
+    assert!(server.wait_for_watches(1, SHORT).await);
+    let refused = http.get(&format!("{TIERS}?watch=true")).await;
+    assert_eq!(refused.code, 429, "{refused:?}");
+    assert_eq!(refused.headers["retry-after"], "1");
+    drop(first);
+    let deadline = Instant::now() + SHORT;
+    while server.open_watches() > 0 {
+        assert!(Instant::now() < deadline, "the first watch never closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _second = WatchReader::open(&http, "").await;
+}
+
+#[tokio::test]
+async fn the_request_log_keeps_the_last_records() {
+    let limits = tier_testserver::Limits {
+        max_log_records: 3,
+        ..Default::default()
+    };
+    let server = server(ServerConfig::default().limits(limits)).await;
+    let http = Http::admin(&server);
+    for _ in 0..5 {
+        http.get(TIERS).await;
+    }
+    let log = server.requests();
+    let seqs: Vec<u64> = log.records().iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [2, 3, 4]);
+}
