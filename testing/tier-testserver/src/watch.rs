@@ -18,6 +18,9 @@ use crate::reply::{self, ResponseBody};
 use crate::status::StatusError;
 use crate::util::parse_rv;
 
+/// The longest a watch lasts, whatever `timeoutSeconds` asks.
+const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Chunks buffered between the watch task and the connection.
 const STREAM_BUFFER: usize = 256;
 
@@ -55,7 +58,8 @@ pub(crate) fn start(
             .param("timeoutSeconds")
             .and_then(|t| t.parse::<u64>().ok())
             .filter(|t| *t > 0)
-            .map_or(shared.config.default_watch_timeout, Duration::from_secs),
+            .map_or(shared.config.default_watch_timeout, Duration::from_secs)
+            .min(MAX_WATCH_TIMEOUT),
     };
     let slot = OpenWatch::reserve(shared)?;
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
@@ -126,6 +130,12 @@ async fn run(
     sender: mpsc::Sender<Bytes>,
 ) {
     let shared = &slot.0;
+    // Every send waits at most until the deadline: a client that stops reading cannot hold
+    // the watch (and its slot) past its timeout.
+    let sink = Sink {
+        sender,
+        deadline: Instant::now() + params.timeout,
+    };
     let mut generation = shared.watch_generation.subscribe();
     generation.mark_unchanged();
     let mut shutdown = shared.shutdown.clone();
@@ -135,20 +145,15 @@ async fn run(
         rv,
     } = subscription;
     for change in &initial {
-        if !send_change(&sender, change, &params.scope).await {
+        if !sink.change(change, &params.scope).await {
             return;
         }
     }
     let (api_version, kind) = (feed.api_version(), feed.kind());
-    if params.initial_events
-        && sender
-            .send(bookmark(api_version, kind, rv, true))
-            .await
-            .is_err()
-    {
+    if params.initial_events && !sink.send(bookmark(api_version, kind, rv, true)).await {
         return;
     }
-    let deadline = tokio::time::sleep(params.timeout);
+    let deadline = tokio::time::sleep_until(sink.deadline);
     tokio::pin!(deadline);
     let mut ticker = params
         .bookmarks
@@ -160,23 +165,23 @@ async fn run(
             () = &mut deadline => break,
             _ = generation.changed() => break,
             () = crate::util::stopped(&mut shutdown) => break,
-            () = sender.closed() => break,
+            () = sink.sender.closed() => break,
             () = tick(&mut ticker) => {
                 let Ok((rv, pending)) = feed.sync_point(&mut receiver) else {
                     break;
                 };
                 for change in &pending {
-                    if !send_change(&sender, change, &params.scope).await {
+                    if !sink.change(change, &params.scope).await {
                         return;
                     }
                 }
-                if sender.send(bookmark(api_version, kind, rv, false)).await.is_err() {
+                if !sink.send(bookmark(api_version, kind, rv, false)).await {
                     return;
                 }
             }
             received = receiver.recv() => match received {
                 Ok(change) => {
-                    if !send_change(&sender, &change, &params.scope).await {
+                    if !sink.change(&change, &params.scope).await {
                         return;
                     }
                 }
@@ -220,15 +225,26 @@ impl Scope {
     }
 }
 
-/// Sends `change` if it lies in `scope`; false when the client is gone.
-async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, scope: &Scope) -> bool {
-    if !scope.matches(&change.object) {
-        return true;
+/// The stream's sending end, with the watch's deadline.
+struct Sink {
+    sender: mpsc::Sender<Bytes>,
+    deadline: Instant,
+}
+
+impl Sink {
+    /// Sends `chunk`; false when the client is gone or the deadline passed first.
+    async fn send(&self, chunk: Bytes) -> bool {
+        matches!(
+            tokio::time::timeout_at(self.deadline, self.sender.send(chunk)).await,
+            Ok(Ok(()))
+        )
     }
-    sender
-        .send(line(change.kind.as_str(), &change.object))
-        .await
-        .is_ok()
+
+    /// Sends `change` if it lies in `scope`; false as [`send`](Self::send).
+    async fn change(&self, change: &Change, scope: &Scope) -> bool {
+        !scope.matches(&change.object)
+            || self.send(line(change.kind.as_str(), &change.object)).await
+    }
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
