@@ -146,6 +146,9 @@ pub struct Limits {
     /// Most objects per resource (each Tier resource, each policy resource, each plain object
     /// kind): a create beyond gets 500 InternalError, as a full etcd answers.
     pub max_objects: usize,
+    /// Largest object stored, serialized (etcd's default request limit, 1.5 MiB): a write
+    /// that would store a larger one (e.g. labels grown patch by patch) gets 413.
+    pub max_object_bytes: usize,
     /// Most Events kept: the oldest is forgotten for a new one (Events expire in a cluster).
     pub max_events: usize,
     /// Most request-log records kept: the oldest is forgotten (`seq` keeps counting).
@@ -160,6 +163,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_objects: 10_000,
+            max_object_bytes: 1_572_864,
             max_events: 10_000,
             max_log_records: 100_000,
             max_watches: 1_000,

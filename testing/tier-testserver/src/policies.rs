@@ -17,10 +17,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::config::Limits;
 use crate::history::{Change, ChangeType, Feed, Subscription, added, drain};
 use crate::status::{ResourceName, StatusError};
 use crate::tier::{API_VERSION, GROUP};
-use crate::util::{metadata_mut, new_uid, now_rfc3339, object_name};
+use crate::util::{check_size, metadata_mut, new_uid, now_rfc3339, object_name};
 
 /// One of the two Antrea policy resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -108,7 +109,7 @@ struct State {
     rv: u64,
     resources: [Resource; 2],
     window: usize,
-    max_objects: usize,
+    limits: Limits,
 }
 
 /// Storage of both policy resources; clones share it. Also the "other actors" API: tests
@@ -133,17 +134,17 @@ impl std::fmt::Debug for Policies {
 }
 
 impl Default for Policies {
-    /// Both resources installed and empty, retaining 1000 changes each, holding at most 10000
-    /// objects each.
+    /// Both resources installed and empty, retaining 1000 changes each, within the default
+    /// [`Limits`].
     fn default() -> Self {
-        Self::new(1000, 10_000)
+        Self::new(1000, Limits::default())
     }
 }
 
 impl Policies {
-    /// Both resources installed and empty, each retaining its last `window` changes and
-    /// holding at most `max_objects` objects.
-    pub(crate) fn new(window: usize, max_objects: usize) -> Self {
+    /// Both resources installed and empty, each retaining its last `window` changes, within
+    /// `limits`.
+    pub(crate) fn new(window: usize, limits: Limits) -> Self {
         let resource = || Resource {
             installed: true,
             objects: BTreeMap::new(),
@@ -156,7 +157,7 @@ impl Policies {
                 rv: 1,
                 resources: [resource(), resource()],
                 window: window.max(1),
-                max_objects,
+                limits,
             })),
         }
     }
@@ -216,8 +217,8 @@ impl Policies {
         if state.resources[resource.index()].objects.contains_key(&key) {
             return Err(StatusError::already_exists(resource.name(), &key.1));
         }
-        if state.resources[resource.index()].objects.len() >= state.max_objects {
-            return Err(StatusError::full(resource.name(), state.max_objects));
+        if state.resources[resource.index()].objects.len() >= state.limits.max_objects {
+            return Err(StatusError::full(resource.name(), state.limits.max_objects));
         }
         state.rv += 1;
         let rv = state.rv;
@@ -231,6 +232,7 @@ impl Policies {
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
         }
         let window = state.window;
+        check_size(&obj, state.limits.max_object_bytes)?;
         let slot = &mut state.resources[resource.index()];
         slot.objects.insert(key, obj.clone());
         push(slot, window, rv, ChangeType::Added, obj.clone(), None);
@@ -466,7 +468,13 @@ mod tests {
 
     #[test]
     fn history_and_objects_are_bounded() {
-        let p = Policies::new(2, 3);
+        let p = Policies::new(
+            2,
+            Limits {
+                max_objects: 3,
+                ..Limits::default()
+            },
+        );
         let acnp = PolicyResource::ClusterNetworkPolicies;
         for name in ["a", "b", "c"] {
             p.create(acnp, policy(acnp, None, name, "t")).unwrap();

@@ -18,7 +18,7 @@ use crate::objects::{ObjectKind, key, stamp};
 use crate::reply::{self, ResponseBody};
 use crate::status::{Cause, StatusError};
 use crate::store::Store;
-use crate::util::{object_name, object_rv, parse_rv};
+use crate::util::{check_size, object_name, object_rv, parse_rv};
 
 /// A request for one kind of plain object.
 pub(crate) struct ObjectRequest<'a> {
@@ -138,7 +138,8 @@ fn write(
     let updating = request.name.is_some();
     let expected = object_rv(&obj).map(str::to_owned);
     let key = key(request.kind, request.namespace, &name);
-    let max_objects = store.max_objects();
+    let limits = store.limits();
+    let max_objects = limits.max_objects;
     store.with_objects(|rv, objects| {
         let existing = objects.get(&key).cloned();
         match (&existing, updating) {
@@ -167,6 +168,7 @@ fn write(
                 ));
             }
         }
+        check_size(&obj, limits.max_object_bytes)?;
         let stored = stamp(request.kind, &key, obj, existing.as_ref(), rv);
         objects.insert(key, stored.clone());
         Ok(stored)
@@ -182,6 +184,7 @@ fn patch(store: &Store, request: &ObjectRequest<'_>, name: &str) -> Result<Value
     }
     let doc = decode(request)?;
     let key = key(request.kind, request.namespace, name);
+    let limit = store.limits().max_object_bytes;
     store.with_objects(|rv, objects| {
         let existing = objects
             .get(&key)
@@ -189,6 +192,7 @@ fn patch(store: &Store, request: &ObjectRequest<'_>, name: &str) -> Result<Value
             .ok_or_else(|| StatusError::not_found(request.kind.resource(), name))?;
         let mut patched = existing.clone();
         crate::patch::merge_patch(&mut patched, &doc);
+        check_size(&patched, limit)?;
         let stored = stamp(request.kind, &key, patched, Some(&existing), rv);
         objects.insert(key, stored.clone());
         Ok(stored)

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::calico::CalicoApi;
-use crate::config::ServerConfig;
+use crate::config::{Limits, ServerConfig};
 use crate::history::{Change, Feed, Subscription, drain};
 use crate::objects::{ObjectKey, ObjectKind, key, stamp};
 use crate::policies::Policies;
@@ -22,7 +22,7 @@ use crate::status::{Cause, ResourceName, StatusError};
 use crate::table::Table;
 use crate::tier;
 use crate::util::{
-    metadata_mut, new_uid, now_rfc3339, object_name, object_rv, parse_rv, random_suffix,
+    check_size, metadata_mut, new_uid, now_rfc3339, object_name, object_rv, parse_rv, random_suffix,
 };
 
 /// Which Tier table a request addresses.
@@ -81,11 +81,9 @@ struct State {
     rv: u64,
     antrea: Table,
     calico: Table,
-    /// Oldest first, at most `max_events`.
+    /// Oldest first, at most `limits.max_events`.
     events: VecDeque<(EventsApi, Value)>,
-    max_events: usize,
-    /// Most plain objects per kind.
-    max_objects: usize,
+    limits: Limits,
     /// Secrets and webhook configurations (`objects`).
     objects: BTreeMap<ObjectKey, Value>,
 }
@@ -127,19 +125,13 @@ impl Store {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     rv: 1,
-                    antrea: Table::new(Arc::new(tier::Schema), window, limits.max_objects, true),
-                    calico: Table::new(
-                        Arc::new(calico),
-                        window,
-                        limits.max_objects,
-                        config.calico_installed,
-                    ),
+                    antrea: Table::new(Arc::new(tier::Schema), window, limits, true),
+                    calico: Table::new(Arc::new(calico), window, limits, config.calico_installed),
                     events: VecDeque::new(),
-                    max_events: limits.max_events.max(1),
-                    max_objects: limits.max_objects,
+                    limits,
                     objects: BTreeMap::new(),
                 }),
-                policies: Policies::new(window, limits.max_objects),
+                policies: Policies::new(window, limits),
                 calico,
             }),
         }
@@ -180,9 +172,9 @@ impl Store {
         f(&mut state.rv, &mut state.objects)
     }
 
-    /// Most plain objects per kind ([`Limits::max_objects`](crate::config::Limits)).
-    pub(crate) fn max_objects(&self) -> usize {
-        self.state().max_objects
+    /// The bounds on what clients can make the store hold.
+    pub(crate) fn limits(&self) -> Limits {
+        self.state().limits
     }
 
     /// Runs `f` on Tier table `id` and the resourceVersion counter, under the store's lock;
@@ -400,7 +392,8 @@ impl Store {
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
-        while state.events.len() >= state.max_events {
+        check_size(&obj, state.limits.max_object_bytes)?;
+        while state.events.len() >= state.limits.max_events.max(1) {
             state.events.pop_front();
         }
         state.events.push_back((api, obj.clone()));
@@ -416,24 +409,25 @@ impl Store {
         patch: &Value,
     ) -> Result<Value, StatusError> {
         let mut state = self.state();
+        let limit = state.limits.max_object_bytes;
         let Some(index) = find_event(&state, api, namespace, name) else {
             return Err(StatusError::not_found(api.resource(), name));
         };
-        state.rv += 1;
-        let rv = state.rv;
-        let Some((_, event)) = state.events.get_mut(index) else {
+        let Some((_, stored)) = state.events.get(index) else {
             return Err(StatusError::not_found(api.resource(), name));
         };
+        let mut event = stored.clone();
         let (uid, created) = (
             event.pointer("/metadata/uid").cloned(),
             event.pointer("/metadata/creationTimestamp").cloned(),
         );
-        crate::patch::merge_patch(event, patch);
+        crate::patch::merge_patch(&mut event, patch);
         if let Some(map) = event.as_object_mut() {
             map.insert("apiVersion".into(), json!(api.api_version()));
             map.insert("kind".into(), json!("Event"));
         }
-        if let Some(meta) = metadata_mut(event) {
+        let rv = state.rv + 1;
+        if let Some(meta) = metadata_mut(&mut event) {
             meta.insert("name".into(), json!(name));
             meta.insert("namespace".into(), json!(namespace));
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -444,7 +438,12 @@ impl Store {
                 meta.insert("creationTimestamp".into(), created);
             }
         }
-        Ok(event.clone())
+        check_size(&event, limit)?;
+        state.rv = rv;
+        if let Some(slot) = state.events.get_mut(index) {
+            slot.1 = event.clone();
+        }
+        Ok(event)
     }
 
     /// One recorded Event, if present.
@@ -717,6 +716,43 @@ mod tests {
             .map(|e| e["metadata"]["name"].clone())
             .collect();
         assert_eq!(names, ["e2", "e3"]);
+    }
+
+    #[test]
+    fn objects_cannot_grow_past_the_size_bound() {
+        let limits = crate::config::Limits {
+            max_object_bytes: 1000,
+            ..Default::default()
+        };
+        let store = Store::new(&ServerConfig::default().limits(limits));
+        store.create(tier("a", 1, None)).unwrap();
+        let grown = store
+            .modify("a", |t| {
+                t["metadata"]["labels"] = json!({"x": "y".repeat(1000)})
+            })
+            .unwrap_err();
+        assert_eq!(
+            (grown.code, grown.reason.as_str()),
+            (413, "RequestEntityTooLarge")
+        );
+        assert!(store.get("a").unwrap()["metadata"].get("labels").is_none());
+        store
+            .create_event(
+                EventsApi::CoreV1,
+                "default",
+                json!({"metadata": {"name": "e"}}),
+            )
+            .unwrap();
+        let patched = store
+            .patch_event(
+                EventsApi::CoreV1,
+                "default",
+                "e",
+                &json!({"note": "n".repeat(1000)}),
+            )
+            .unwrap_err();
+        assert_eq!(patched.code, 413);
+        assert!(store.events()[0].get("note").is_none());
     }
 
     fn rv(obj: &Value) -> u64 {

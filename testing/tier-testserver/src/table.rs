@@ -12,11 +12,12 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::config::Limits;
 use crate::crd::Schema;
 use crate::history::{Change, ChangeType, Subscription, added};
 use crate::status::{ResourceName, StatusError};
 use crate::util::{
-    metadata_mut, new_uid, now_rfc3339, object_name, object_rv, object_uid, parse_rv,
+    check_size, metadata_mut, new_uid, now_rfc3339, object_name, object_rv, object_uid, parse_rv,
 };
 
 /// Capacity of the channel feeding a table's open watches; a watch that falls this far behind
@@ -41,17 +42,16 @@ pub(crate) struct Table {
     floor: u64,
     changes: broadcast::Sender<Arc<Change>>,
     installed: bool,
-    /// Most objects stored at once.
-    max_objects: usize,
+    /// Most objects, largest object.
+    limits: Limits,
 }
 
 impl Table {
-    /// An empty table of `schema` retaining the last `window` changes and holding at most
-    /// `max_objects` objects.
+    /// An empty table of `schema` retaining the last `window` changes, within `limits`.
     pub(crate) fn new(
         schema: Arc<dyn Schema>,
         window: usize,
-        max_objects: usize,
+        limits: Limits,
         installed: bool,
     ) -> Self {
         Self {
@@ -62,7 +62,7 @@ impl Table {
             floor: 0,
             changes: broadcast::channel(WATCH_CHANNEL_CAPACITY).0,
             installed,
-            max_objects,
+            limits,
         }
     }
 
@@ -153,6 +153,7 @@ impl Table {
                 meta.insert("resourceVersion".into(), json!(next.to_string()));
             }
         }
+        check_size(&obj, self.limits.max_object_bytes)?;
         if dry_run {
             return Ok(obj);
         }
@@ -189,6 +190,7 @@ impl Table {
         if without_rv(&obj) == without_rv(&existing) {
             return Ok(existing);
         }
+        check_size(&obj, self.limits.max_object_bytes)?;
         if dry_run {
             return Ok(obj);
         }
@@ -265,6 +267,7 @@ impl Table {
         if old.is_none() {
             self.check_room()?;
         }
+        check_size(&obj, self.limits.max_object_bytes)?;
         *rv += 1;
         if let Some(meta) = metadata_mut(&mut obj) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -348,8 +351,8 @@ impl Table {
 
     /// 500 when one more object would exceed the bound.
     fn check_room(&self) -> Result<(), StatusError> {
-        if self.objects.len() >= self.max_objects {
-            Err(StatusError::full(self.resource(), self.max_objects))
+        if self.objects.len() >= self.limits.max_objects {
+            Err(StatusError::full(self.resource(), self.limits.max_objects))
         } else {
             Ok(())
         }
