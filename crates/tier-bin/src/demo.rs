@@ -141,7 +141,24 @@ fn messy_cluster() -> MemoryCluster {
     cluster
 }
 
-/// Runs the demo, narrating to `narrator`.
+/// A controller's demo: its messy start, narrated while the real initializer fixes it.
+pub trait Demo {
+    /// Runs the demo, narrating to `narrator`; whether every Tier converged.
+    fn demo(seed: u64, narrator: &Narrator) -> impl std::future::Future<Output = bool> + Send;
+}
+
+impl Demo for tier_core::Antrea {
+    async fn demo(seed: u64, narrator: &Narrator) -> bool {
+        run(seed, narrator).await.converged
+    }
+}
+
+/// Runs the demo of controller `C`, narrating to `narrator`; whether every Tier converged.
+pub async fn converges<C: Demo>(seed: u64, narrator: &Narrator) -> bool {
+    C::demo(seed, narrator).await
+}
+
+/// Runs Antrea's demo, narrating to `narrator`.
 pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     let cluster = messy_cluster();
     let desired = DesiredSet::antrea();
