@@ -3,8 +3,7 @@
 //! [`publish`] reads a driver's event stream (lossless, in order: the same stream the driver
 //! logs) and turns every [`TierEvent`] (a successful create or correction, the start of a
 //! blocked, denied, forbidden or not-installed episode, the start and end of a contest) into an
-//! Event about the Tier (Antrea's `crd.antrea.io/v1beta1` `Tier`, or any controller's with
-//! [`publish_for`]; cluster-scoped, so the Events land in
+//! Event about the Tier (`crd.antrea.io/v1beta1` `Tier`; cluster-scoped, so the Events land in
 //! the `default` namespace). The machine emits one event per episode, so a Tier retried a
 //! thousand times yields one Event, not a thousand; kube's recorder further folds repeats into
 //! a series.
@@ -25,7 +24,6 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tier_core::{EventReceiver, TierEvent};
 
 use crate::crd::Tier;
-use crate::kube_tier::KubeTier;
 
 /// The reporting controller's name in Events.
 pub const CONTROLLER: &str = "tierd";
@@ -41,16 +39,12 @@ pub fn reporter(instance: Option<String>) -> Reporter {
     }
 }
 
-/// A reference to Antrea's Tier called `name`, the object of its Events.
+/// A reference to the Tier called `name`, the object of its Events.
 pub fn reference(name: &str) -> ObjectReference {
-    reference_to::<Tier>(name, &())
-}
-
-/// A reference to the Tier called `name` of `resource` (any controller's Tier object).
-pub fn reference_to<T: KubeTier>(name: &str, resource: &T::DynamicType) -> ObjectReference {
+    use kube::Resource as _;
     ObjectReference {
-        api_version: Some(T::api_version(resource).into_owned()),
-        kind: Some(T::kind(resource).into_owned()),
+        api_version: Some(Tier::api_version(&()).into_owned()),
+        kind: Some(Tier::kind(&()).into_owned()),
         name: Some(name.to_owned()),
         ..ObjectReference::default()
     }
@@ -82,25 +76,14 @@ pub fn to_event(event: &TierEvent) -> Event {
     }
 }
 
-/// Publishes a Kubernetes Event about Antrea's Tier for every [`TierEvent`] of `events` (a
-/// driver's lossless event stream, see `tier_runtime::spawn_with_events`) until the driver
-/// drops its end. Returns the number of Events published.
-pub async fn publish(client: kube::Client, reporter: Reporter, events: EventReceiver) -> u64 {
-    publish_for::<Tier>(client, reporter, (), events).await
-}
-
-/// [`publish`] for the Tiers of `resource` (any controller's Tier object: Calico's, say).
-pub async fn publish_for<T: KubeTier>(
-    client: kube::Client,
-    reporter: Reporter,
-    resource: T::DynamicType,
-    mut events: EventReceiver,
-) -> u64 {
+/// Publishes a Kubernetes Event for every [`TierEvent`] of `events` (a driver's lossless event
+/// stream, see `tier_runtime::spawn_with_events`) until the driver drops its end. Returns the
+/// number of Events published.
+pub async fn publish(client: kube::Client, reporter: Reporter, mut events: EventReceiver) -> u64 {
     let recorder = Recorder::new(client, reporter);
     let mut published = 0;
     while let Some(event) = events.recv().await {
-        let (reference, kube_event) =
-            (reference_to::<T>(event.tier(), &resource), to_event(&event));
+        let (reference, kube_event) = (reference(event.tier()), to_event(&event));
         let send = recorder.publish(&kube_event, &reference);
         match tokio::time::timeout(PUBLISH_TIMEOUT, send).await {
             Ok(Ok(())) => published += 1,
