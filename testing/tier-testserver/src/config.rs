@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::antrea::WEBHOOK_NAME;
+use crate::calico::CalicoApi;
 
 /// How Tier writes are admitted after schema validation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -129,6 +130,11 @@ pub struct ServerConfig {
     /// Whether `authentication.k8s.io/v1` `selfsubjectreviews` is served (Kubernetes 1.28+;
     /// off: 404, as an older server answers).
     pub self_subject_review: bool,
+    /// The API Calico's Tier is served at (default `projectcalico.org/v3`).
+    pub calico_api: CalicoApi,
+    /// Whether Calico's Tier CRD is installed at start (off by default: every request for it
+    /// answers 404 until [`CalicoTiers::install`](crate::CalicoTiers::install)).
+    pub calico_installed: bool,
 }
 
 impl Default for ServerConfig {
@@ -143,6 +149,8 @@ impl Default for ServerConfig {
             cluster_network_policy: false,
             port: 0,
             self_subject_review: true,
+            calico_api: CalicoApi::V3,
+            calico_installed: false,
         }
     }
 }
@@ -187,6 +195,23 @@ impl ServerConfig {
     #[must_use]
     pub fn without_self_subject_review(mut self) -> Self {
         self.self_subject_review = false;
+        self
+    }
+
+    /// Serves Calico's Tier at `api`, its CRD installed (a Calico cluster).
+    #[must_use]
+    pub fn calico(mut self, api: CalicoApi) -> Self {
+        self.calico_api = api;
+        self.calico_installed = true;
+        self
+    }
+
+    /// Serves Calico's Tier at `api` once its CRD is installed
+    /// ([`CalicoTiers::install`](crate::CalicoTiers::install)); until then it answers 404.
+    #[must_use]
+    pub fn calico_not_installed(mut self, api: CalicoApi) -> Self {
+        self.calico_api = api;
+        self.calico_installed = false;
         self
     }
 

@@ -13,6 +13,8 @@ use crate::faults::{FaultKind, Verb};
 pub enum Endpoint {
     /// `/apis/crd.antrea.io/v1beta1/tiers[/{name}]`.
     Tiers,
+    /// Calico's `/apis/projectcalico.org/v3/tiers[/{name}]` (or `crd.projectcalico.org/v1`).
+    CalicoTiers,
     /// Antrea's ClusterNetworkPolicy and NetworkPolicy endpoints.
     Policies,
     /// The core or `events.k8s.io` Events endpoints.
@@ -40,7 +42,7 @@ pub struct RequestRecord {
     pub query: String,
     /// Endpoint family.
     pub endpoint: Endpoint,
-    /// Verb, for Tier and Event requests.
+    /// Verb, for Tier, policy, object and Event requests.
     pub verb: Option<Verb>,
     /// Object name: from the path, or for a create from the body.
     pub name: Option<String>,
@@ -53,9 +55,14 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    /// Whether this is a Tier request with `verb` and (when given) object `name`.
+    /// Whether this is an Antrea Tier request with `verb` and (when given) object `name`.
     pub fn is(&self, verb: Verb, name: Option<&str>) -> bool {
-        self.endpoint == Endpoint::Tiers
+        self.is_at(Endpoint::Tiers, verb, name)
+    }
+
+    /// Whether this is a request to `endpoint` with `verb` and (when given) object `name`.
+    pub fn is_at(&self, endpoint: Endpoint, verb: Verb, name: Option<&str>) -> bool {
+        self.endpoint == endpoint
             && self.verb == Some(verb)
             && name.is_none_or(|n| self.name.as_deref() == Some(n))
     }
@@ -73,9 +80,15 @@ impl RequestLog {
         &self.records
     }
 
-    /// Number of Tier requests with `verb` and (when `Some`) object `name`.
+    /// Number of Antrea Tier requests with `verb` and (when `Some`) object `name`.
     pub fn count(&self, verb: Verb, name: Option<&str>) -> usize {
-        self.records.iter().filter(|r| r.is(verb, name)).count()
+        self.count_at(Endpoint::Tiers, verb, name)
+    }
+
+    /// Number of requests to `endpoint` (e.g. [`Endpoint::CalicoTiers`]) with `verb` and (when
+    /// `Some`) object `name`.
+    pub fn count_at(&self, endpoint: Endpoint, verb: Verb, name: Option<&str>) -> usize {
+        self.count_where(|r| r.is_at(endpoint, verb, name))
     }
 
     /// Number of Tier requests with `verb`/`name` that were answered with `code`.

@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn create_is_create_if_absent_and_update_is_optimistic() {
-        let store = Store::new(10);
+        let store = Store::new(10, crate::calico::CalicoApi::V3, false);
         let body = json!({"metadata": {"name": "s"}, "data": {"a": "YQ=="}}).to_string();
         let kind = ObjectKind::Secret;
         let created = write(&store, &request(kind, None, body.as_bytes()), None).unwrap();
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn cluster_scoped_objects_ignore_the_namespace() {
-        let store = Store::new(10);
+        let store = Store::new(10, crate::calico::CalicoApi::V3, false);
         let kind = ObjectKind::ValidatingWebhookConfiguration;
         store
             .put_object(kind, "whatever", json!({"metadata": {"name": "w"}}))

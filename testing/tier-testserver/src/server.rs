@@ -26,7 +26,8 @@ use crate::log::{LogBook, RequestLog};
 use crate::reply::Outcome;
 use crate::store::Store;
 
-/// An in-process Kubernetes API server serving Antrea Tiers over plain HTTP on 127.0.0.1.
+/// An in-process Kubernetes API server serving Antrea's (and, when configured, Calico's) Tiers
+/// over plain HTTP on 127.0.0.1.
 ///
 /// Start it inside a tokio runtime; it serves from spawned tasks until it is dropped or
 /// [`shutdown`](Self::shutdown). Point the real kube client at it with
@@ -61,7 +62,11 @@ impl TestApiServer {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (watch_generation, _) = watch::channel(0);
         let shared = Arc::new(Shared {
-            store: Store::new(config.watch_window),
+            store: Store::new(
+                config.watch_window,
+                config.calico_api,
+                config.calico_installed,
+            ),
             users: RwLock::new(config.users.clone()),
             grants: RwLock::new(Vec::new()),
             admission: RwLock::new(Arc::new(admission)),
