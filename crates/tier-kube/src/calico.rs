@@ -322,6 +322,44 @@ mod tests {
         assert_eq!(back["spec"]["order"].as_f64(), Some(1000.0));
     }
 
+    /// The core compares orders exactly, so a write must read back bit for bit, or tierd would
+    /// correct the same Tier forever.
+    #[test]
+    fn every_finite_order_reads_back_exactly() {
+        let mut orders = vec![
+            0.0,
+            1.0,
+            0.1,
+            1.0 / 3.0,
+            1000.0,
+            1_000_000.0,
+            10_000_000.0,
+            -2.5,
+            f64::MIN_POSITIVE,
+            f64::EPSILON,
+            f64::MAX,
+            f64::MIN,
+            9_007_199_254_740_993.0,
+            123_456_789.123_456_79,
+        ];
+        let mut rng = fastrand::Rng::with_seed(18);
+        orders.extend(
+            (0..2000)
+                .map(|_| f64::from_bits(rng.u64(..)))
+                .filter(|f| f.is_finite()),
+        );
+        for order in orders {
+            let spec = CalicoTierSpec::new(Some(order), DefaultAction::Deny);
+            let text = serde_json::to_string(&spec).unwrap();
+            let back: CalicoTierSpec = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                back.order.map(f64::to_bits),
+                Some(order.to_bits()),
+                "{order:e} as {text}"
+            );
+        }
+    }
+
     #[test]
     fn an_absent_default_action_reads_as_deny_and_stays_absent() {
         let tier = parse(json!({"metadata": {"name": "a"}, "spec": {"order": 5}}));

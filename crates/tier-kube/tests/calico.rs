@@ -383,3 +383,23 @@ async fn a_missing_crd_is_not_installed_until_it_is_installed() {
     })
     .await;
 }
+
+/// An order with all 17 significant digits in use reads back as written: the core compares
+/// orders exactly, so anything else would have tierd correct this Tier forever.
+#[tokio::test]
+async fn a_written_order_reads_back_exactly() {
+    let h = calico(CalicoApi::V3).await;
+    let (lister, writer) = cached_writer(&h, CalicoApi::V3).await;
+    let desired = TierSpec::new("precise", Some(123_456_789.123_456_79), DefaultAction::Pass);
+    writer.create(&desired).await.unwrap();
+    let snapshot = until(&lister, |s| {
+        matches!(s.observe("precise"), Observed::Present(_))
+    })
+    .await;
+    let observed = present(&snapshot, "precise");
+    assert_eq!(
+        observed.order.map(f64::to_bits),
+        desired.order.map(f64::to_bits)
+    );
+    assert!(core_calico::in_sync(&desired, &observed));
+}
