@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use tier_core::{DriverConfig, Mode, Status, Stopped, TierLister, TierWriter};
-use tier_kube::{ClientOptions, KubeLister, KubeWriter, WriterConfig};
+use tier_core::{DriverConfig, Mode, Status, Stopped, TierLister};
+use tier_kube::{ClientOptions, WriterConfig};
 
 use crate::cli::{ClusterArgs, EnsureArgs, Output, PlanArgs, exit};
 use crate::controller::ControllerMode;
@@ -28,8 +28,6 @@ pub enum CommandError {
     #[error(transparent)]
     Tiers(#[from] tiers_file::TiersFileError),
     /// Flags that make no sense for the selected controller (exit 2).
-    // Made by Calico mode, until kube-2.
-    #[allow(dead_code)]
     #[error("{0}")]
     Flags(String),
     /// No client could be built from the kubeconfig, the context or the in-cluster
@@ -154,10 +152,7 @@ pub(crate) fn crd() -> Result<String, CommandError> {
 ///
 /// Invalid input, no client, or a Tier cache that did not sync within `--timeout`; `main` maps
 /// every error of `plan` to [`exit::PLAN_ERROR`].
-pub(crate) async fn plan<C: ControllerMode>(args: &PlanArgs) -> Result<u8, CommandError>
-where
-    KubeLister<C::Object>: TierLister<C>,
-{
+pub(crate) async fn plan<C: ControllerMode>(args: &PlanArgs) -> Result<u8, CommandError> {
     let desired = C::desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
@@ -192,11 +187,7 @@ where
 }
 
 /// `tierd ensure`: converges every Tier once; with `--timeout`, gives up naming the laggards.
-pub(crate) async fn ensure<C: ControllerMode>(args: &EnsureArgs) -> Result<(), CommandError>
-where
-    KubeLister<C::Object>: TierLister<C>,
-    KubeWriter<C::Object>: TierWriter<C>,
-{
+pub(crate) async fn ensure<C: ControllerMode>(args: &EnsureArgs) -> Result<(), CommandError> {
     let desired = C::desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).

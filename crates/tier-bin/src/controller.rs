@@ -10,14 +10,11 @@
 
 use std::net::SocketAddr;
 
-#[cfg(any())]
 use tier_core::calico::{self, Calico};
 use tier_core::{Antrea, DesiredSet};
-#[cfg(any())]
 use tierd::calico::CalicoSettings;
 use tierd::tiers_file;
 
-#[cfg(any())]
 use crate::cli::FeatureGates;
 use crate::cli::{ClusterArgs, RunArgs};
 use crate::commands::CommandError;
@@ -79,8 +76,6 @@ impl ControllerMode for Antrea {
     }
 }
 
-// Until kube-2 binds `CalicoTier` to the core's Calico types.
-#[cfg(any())]
 impl ControllerMode for Calico {
     /// The `--tiers` file in Calico's fields (`name`, `order`, `defaultAction`), the built-in
     /// Tiers pinned to Calico's values, or Calico's three built-in Tiers.
@@ -131,11 +126,93 @@ impl ControllerMode for Calico {
 }
 
 /// Flags of Antrea's webhook given in Calico mode.
-#[cfg(any())]
 fn refused(flags: &[&str]) -> CommandError {
     CommandError::Flags(format!(
         "--controller calico has no Tier webhook (Calico protects its built-in Tiers itself), \
          so these flags do nothing; remove them: {}",
         flags.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command, exit};
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(["tierd", "run"].iter().chain(args)).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        args
+    }
+
+    #[test]
+    fn calico_mode_has_no_webhook_port_and_refuses_the_webhooks_flags_with_exit_2() {
+        let calico = ["--controller", "calico"];
+        assert_eq!(Calico::webhook_listen(&run_args(&calico)).unwrap(), None);
+        let empty = run_args(&["--controller", "calico", "--webhook-listen", ""]);
+        assert_eq!(Calico::webhook_listen(&empty).unwrap(), None);
+        assert_eq!(
+            Antrea::webhook_listen(&run_args(&[])).unwrap(),
+            Some(DEFAULT_WEBHOOK_LISTEN)
+        );
+        for flags in [
+            &["--webhook-listen", "0.0.0.0:9443"][..],
+            &["--controller-user", "me"],
+            &["--tls-cert", "c.pem", "--tls-key", "k.pem"],
+            &["--tls-cert", "c", "--tls-key", "k", "--self-signed-cert"],
+        ] {
+            let args = run_args(&[&calico[..], flags].concat());
+            let error = Calico::webhook_listen(&args).unwrap_err();
+            assert_eq!(error.exit_code(), exit::USAGE, "{flags:?}");
+            assert!(error.to_string().contains(flags[0]), "{error}");
+        }
+        // Metrics over TLS is not the webhook's: allowed.
+        let metrics = run_args(&[
+            "--controller",
+            "calico",
+            "--metrics-auth",
+            "--tls-cert",
+            "c",
+            "--tls-key",
+            "k",
+        ]);
+        assert_eq!(Calico::webhook_listen(&metrics).unwrap(), None);
+        let gates = run_args(&[
+            "--controller",
+            "calico",
+            "--feature-gates",
+            "ClusterNetworkPolicy=true",
+        ]);
+        let error = Calico::desired(&gates.cluster).unwrap_err();
+        assert_eq!(error.exit_code(), exit::USAGE);
+    }
+
+    #[test]
+    fn calico_mode_ensures_calicos_built_ins_at_the_api_chosen() {
+        let args = run_args(&["--controller", "calico"]);
+        assert_eq!(
+            Calico::desired(&args.cluster).unwrap(),
+            DesiredSet::<Calico>::calico()
+        );
+        assert_eq!(
+            Calico::settings_from(&args.cluster).api,
+            tier_kube::calico::CalicoApi::V3
+        );
+        let v1 = run_args(&[
+            "--controller",
+            "calico",
+            "--calico-api",
+            "crd.projectcalico.org/v1",
+        ]);
+        assert_eq!(
+            Calico::settings_from(&v1.cluster).api,
+            tier_kube::calico::CalicoApi::CrdV1
+        );
+        let wrong = Cli::try_parse_from(["tierd", "run", "--calico-api", "v3"]).unwrap_err();
+        assert_eq!(wrong.exit_code(), i32::from(exit::USAGE));
+    }
 }

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use tier_core::{DesiredSet, TierLister, TierWriter};
+use tier_core::DesiredSet;
 use tier_kube::certs::SelfSignedConfig;
-use tier_kube::{KubeLister, KubeWriter};
 use tier_server::tls::{CertFiles, CertReloader};
 use tier_server::{Server, ServerMetrics};
 use tierd::{Clients, Events, SelfSigned, Tierd};
@@ -77,11 +76,7 @@ fn assemble<C: ControllerMode>(
     args: &RunArgs,
     clients: Clients,
     desired: DesiredSet<C>,
-) -> tierd::Builder<C>
-where
-    KubeLister<C::Object>: TierLister<C>,
-    KubeWriter<C::Object>: TierWriter<C>,
-{
+) -> tierd::Builder<C> {
     let builder = Tierd::builder(clients, desired)
         .writer_config(commands::writer_config(&args.cluster))
         .events(Events::Kubernetes {
@@ -108,11 +103,7 @@ fn ended(
 ///
 /// Invalid input (exit 2), a listener that cannot be bound or a server that failed (exit 1);
 /// never the API server.
-pub async fn run<C: ControllerMode>(args: &RunArgs) -> Result<(), CommandError>
-where
-    KubeLister<C::Object>: TierLister<C>,
-    KubeWriter<C::Object>: TierWriter<C>,
-{
+pub async fn run<C: ControllerMode>(args: &RunArgs) -> Result<(), CommandError> {
     let desired = C::desired(&args.cluster)?;
     let webhook_listen = C::webhook_listen(args)?;
     let clients = commands::clients(&args.cluster).await?;

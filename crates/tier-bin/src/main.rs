@@ -24,6 +24,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use tier_core::Antrea;
+use tier_core::calico::Calico;
 
 use crate::cli::{Cli, Command, ControllerKind, exit};
 
@@ -33,11 +34,7 @@ macro_rules! for_controller {
     ($kind:expr, $($command:ident)::+, $($args:expr),*) => {
         match $kind {
             ControllerKind::Antrea => $($command)::+::<Antrea>($($args),*).await,
-            // Until kube-2 binds `CalicoTier` to the core's Calico types.
-            ControllerKind::Calico => {
-                eprintln!("tierd: --controller calico is not built yet");
-                return exit::USAGE;
-            }
+            ControllerKind::Calico => $($command)::+::<Calico>($($args),*).await,
         }
     };
 }

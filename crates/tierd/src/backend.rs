@@ -31,7 +31,7 @@ use crate::StartError;
 /// and [`tier_core::calico::Calico`] (see the [module docs](self)).
 pub trait Backend: Controller {
     /// The Tier object in Kubernetes, read by the Tier cache and written by the writer.
-    type Object: KubeTier;
+    type Object: KubeTier<Controller = Self>;
     /// What the builder can set for this controller only.
     type Settings: fmt::Debug + Send + 'static;
     /// What runs for this controller only, besides the shared parts.

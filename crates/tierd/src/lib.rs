@@ -67,8 +67,6 @@ mod admission;
 pub mod antrea;
 mod authorizer;
 pub mod backend;
-// Until kube-2 binds `CalicoTier` to the core's Calico types (`KubeTier`, the ports).
-#[cfg(any())]
 pub mod calico;
 mod certificate;
 pub mod tiers_file;
@@ -81,15 +79,13 @@ use axum::Router;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
-#[cfg(any())]
 use tier_core::calico::Calico;
 use tier_core::{
     Antrea, DesiredSet, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped, TierLister,
-    TierWriter, ValidationRules,
+    ValidationRules,
 };
-#[cfg(any())]
 use tier_kube::calico::CalicoApi;
-use tier_kube::{ControllerIdentity, KubeLister, KubeTier, KubeWriter, RetryBackoff, WriterConfig};
+use tier_kube::{ControllerIdentity, KubeLister, KubeTier, RetryBackoff, WriterConfig};
 use tier_runtime::Ensurer;
 use tier_server::readiness::{CacheSynced, SYSTEM_TIERS, SystemTiers};
 use tier_server::{CheckState, HealthConfig, Readiness, Routes, Shutdown};
@@ -215,7 +211,6 @@ impl Builder<Antrea> {
     }
 }
 
-#[cfg(any())]
 impl Builder<Calico> {
     /// The group/version Calico's Tiers are read and written at (default
     /// `projectcalico.org/v3`, see [`tier_kube::calico`]). Ignored with
@@ -226,11 +221,7 @@ impl Builder<Calico> {
     }
 }
 
-impl<C: Backend> Builder<C>
-where
-    KubeLister<C::Object>: TierLister<C>,
-    KubeWriter<C::Object>: TierWriter<C>,
-{
+impl<C: Backend> Builder<C> {
     /// Read the Tiers from the embedder's lister instead of a watch of tierd's own (one list
     /// and one watch for both; [`KubeLister::shared`] or [`KubeLister::from_reflector`]). The
     /// writer updates from its store, so the embedder's labels survive tierd's corrections.
@@ -312,11 +303,11 @@ where
                     Mode::Continuous,
                 )?;
                 let reporter = tier_kube::events::reporter(instance.clone());
-                let events = tier_kube::events::publish_for::<C::Object>(
+                let events = tier_kube::events::publish_about(
                     client.clone(),
                     reporter,
-                    lister.resource().clone(),
                     events,
+                    tier_kube::events::EventSubject::of::<C::Object>(lister.resource()),
                 );
                 tasks.handles.push(tokio::spawn(async move {
                     events.await;
@@ -335,7 +326,7 @@ where
         tasks.driver = Some(ensurer.cancellation());
 
         let shutdown = Shutdown::new();
-        let readiness = Readiness::standard(status.clone(), cache_synced(&lister), &shutdown);
+        let readiness = Readiness::standard(status.clone(), cache_synced::<C>(&lister), &shutdown);
         if self.ready_requires_tiers {
             readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
         }
@@ -401,10 +392,7 @@ pub(crate) fn watch_resource<T: KubeTier>(
 }
 
 /// The `tier-cache-synced` check on `lister`, its reason carrying the watch's last error.
-fn cache_synced<C: Backend>(lister: &KubeLister<C::Object>) -> CacheSynced
-where
-    KubeLister<C::Object>: TierLister<C>,
-{
+fn cache_synced<C: Backend>(lister: &KubeLister<C::Object>) -> CacheSynced {
     let stats = lister.clone();
     let cache: Arc<dyn TierLister<C>> = Arc::new(lister.clone());
     CacheSynced::of(cache).with_last_error(move || stats.watch_stats().last_error)
