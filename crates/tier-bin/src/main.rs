@@ -10,6 +10,7 @@
 
 mod cli;
 mod commands;
+mod controller;
 mod daemon;
 mod demo;
 mod logging;
@@ -22,7 +23,21 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, exit};
+use tier_core::Antrea;
+use tier_core::calico::Calico;
+
+use crate::cli::{Cli, Command, ControllerKind, exit};
+
+/// `$command::<C>($args)` for the controller `$kind` names: the one place the `--controller`
+/// flag selects an implementation of [`controller::ControllerMode`].
+macro_rules! for_controller {
+    ($kind:expr, $($command:ident)::+, $($args:expr),*) => {
+        match $kind {
+            ControllerKind::Antrea => $($command)::+::<Antrea>($($args),*).await,
+            ControllerKind::Calico => $($command)::+::<Calico>($($args),*).await,
+        }
+    };
+}
 
 /// Parses the command line, runs the command and returns its exit code.
 fn main() -> ExitCode {
@@ -54,8 +69,7 @@ async fn run(cli: Cli) -> u8 {
         Command::Demo(args) => {
             logging::init(cli.log_format, "error");
             let narrator = demo::Narrator::new(Box::new(std::io::stdout()));
-            let outcome = demo::run(args.seed, &narrator).await;
-            if outcome.converged {
+            if for_controller!(args.controller, demo::converges, args.seed, &narrator) {
                 exit::OK
             } else {
                 exit::ERROR
@@ -69,18 +83,23 @@ async fn run(cli: Cli) -> u8 {
             logging::init(cli.log_format, "warn");
             // Like `kubectl diff`: every error, invalid input included, is PLAN_ERROR, so that
             // it never shares a code with "changes pending".
-            commands::plan(&args).await.unwrap_or_else(|error| {
-                eprintln!("tierd: {error}");
-                exit::PLAN_ERROR
-            })
+            for_controller!(args.cluster.controller, commands::plan, &args).unwrap_or_else(
+                |error| {
+                    eprintln!("tierd: {error}");
+                    exit::PLAN_ERROR
+                },
+            )
         }
         Command::Ensure(args) => {
             logging::init(cli.log_format, "info");
-            report(commands::ensure(&args).await.map(|()| exit::OK))
+            report(
+                for_controller!(args.cluster.controller, commands::ensure, &args)
+                    .map(|()| exit::OK),
+            )
         }
         Command::Run(args) => {
             logging::init(cli.log_format, "info");
-            report(daemon::run(&args).await.map(|()| exit::OK))
+            report(for_controller!(args.cluster.controller, daemon::run, &args).map(|()| exit::OK))
         }
     }
 }

@@ -159,9 +159,10 @@ fn the_deployment_is_probed_hardened_and_runs_a_valid_command_line() {
     assert_eq!(
         container_port(&container, "webhook"),
         u64::from(
-            args.listen
-                .port()
+            <tier_core::Antrea as crate::controller::ControllerMode>::webhook_listen(&args)
+                .unwrap()
                 .expect("the base Deployment listens for the webhook")
+                .port()
         )
     );
     assert_eq!(

@@ -399,7 +399,7 @@ fn no_webhook_port(text: &str, docs: &[Value]) {
     let crate::cli::Command::Run(run) = cli.command else {
         panic!("not run");
     };
-    assert_eq!(run.listen, crate::cli::Listen(None));
+    assert_eq!(run.listen, Some(crate::cli::Listen(None)));
     for port in container["ports"].as_sequence().into_iter().flatten() {
         assert_ne!(port["name"].as_str(), Some("webhook"), "{port:?}");
     }
