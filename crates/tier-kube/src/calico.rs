@@ -33,8 +33,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use kube::ResourceExt;
 use kube::core::{ApiResource, ObjectMeta, TypeMeta};
 use serde::{Deserialize, Serialize};
+pub use tier_core::calico::DefaultAction;
+use tier_core::calico::{Calico, ObservedTier, TierSpec};
+
+use crate::explain::ResourceHints;
+use crate::kube_tier::{self, KubeTier};
 
 /// The group/version Calico's Tiers are read and written at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -119,16 +125,6 @@ pub const KIND: &str = "Tier";
 /// The plural (resource) name of Calico's Tier.
 pub const PLURAL: &str = "tiers";
 
-/// What a Tier does with traffic that a policy of it matched but no rule did.
-// Until tier-core's `calico` module lands, the adapter's own copy (the same serde names).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DefaultAction {
-    /// Drop the traffic.
-    Deny,
-    /// Pass it on to the next Tier.
-    Pass,
-}
-
 /// A Calico Tier object (cluster-scoped), of the group/version of its
 /// [`ApiResource`] ([`CalicoApi::resource`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -175,7 +171,12 @@ impl CalicoTierSpec {
 
     /// The default action, `Deny` when absent (Calico's default).
     pub fn default_action(&self) -> DefaultAction {
-        self.default_action.unwrap_or(DefaultAction::Deny)
+        self.default_action.unwrap_or_default()
+    }
+
+    /// The spec for a desired Tier: its order (absent stays absent) and default action.
+    pub fn from_desired(desired: &TierSpec) -> Self {
+        Self::new(desired.order, desired.default_action)
     }
 }
 
@@ -230,8 +231,61 @@ impl kube::Resource for CalicoTier {
     }
 }
 
+/// What the core sees of a Calico Tier object: name, order (absent = last), default action
+/// (absent = `Deny`), resourceVersion (absent = empty) and who last set the order or default
+/// action (from `managedFields`).
+pub fn observe(tier: &CalicoTier) -> ObservedTier {
+    ObservedTier {
+        name: tier.name_any(),
+        order: tier.spec.order,
+        default_action: tier.spec.default_action(),
+        resource_version: tier.resource_version().unwrap_or_default(),
+        last_writer: kube_tier::last_writer(tier),
+    }
+}
+
+/// Calico's Tier on the shared lister and writer: the resource ([`CalicoApi::resource`]) is
+/// configuration; an update sets `order` and `defaultAction` and keeps every other field.
+impl KubeTier for CalicoTier {
+    type Controller = Calico;
+
+    const ENSURED_FIELDS: &'static [&'static str] = &["f:order", "f:defaultAction"];
+
+    fn observe(&self) -> ObservedTier {
+        observe(self)
+    }
+
+    fn object(desired: &TierSpec, resource: &ApiResource) -> Self {
+        CalicoTier::new(
+            &desired.name,
+            resource,
+            CalicoTierSpec::from_desired(desired),
+        )
+    }
+
+    fn set_desired(&mut self, desired: &TierSpec) {
+        self.spec.order = desired.order;
+        self.spec.default_action = Some(desired.default_action);
+    }
+
+    fn hints(resource: &ApiResource) -> ResourceHints {
+        let v3 = resource.group == CalicoApi::V3.group();
+        ResourceHints {
+            resource: Self::resource_name(resource),
+            rbac: "deploy/overlays/calico/rbac.yaml",
+            install: if v3 {
+                "install Calico (a current release serves projectcalico.org/v3 Tiers), or \
+                 choose the API its install serves"
+            } else {
+                "install Calico's CRDs, or choose the API its install serves"
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
     use kube::Resource;
     use serde_json::json;
 
@@ -266,6 +320,44 @@ mod tests {
         // Written back, it is the same number (a JSON number Go's float64 reads as 1000).
         let back = serde_json::to_value(&as_integer).unwrap();
         assert_eq!(back["spec"]["order"].as_f64(), Some(1000.0));
+    }
+
+    /// The core compares orders exactly, so a write must read back bit for bit, or tierd would
+    /// correct the same Tier forever.
+    #[test]
+    fn every_finite_order_reads_back_exactly() {
+        let mut orders = vec![
+            0.0,
+            1.0,
+            0.1,
+            1.0 / 3.0,
+            1000.0,
+            1_000_000.0,
+            10_000_000.0,
+            -2.5,
+            f64::MIN_POSITIVE,
+            f64::EPSILON,
+            f64::MAX,
+            f64::MIN,
+            9_007_199_254_740_993.0,
+            123_456_789.123_456_79,
+        ];
+        let mut rng = fastrand::Rng::with_seed(18);
+        orders.extend(
+            (0..2000)
+                .map(|_| f64::from_bits(rng.u64(..)))
+                .filter(|f| f.is_finite()),
+        );
+        for order in orders {
+            let spec = CalicoTierSpec::new(Some(order), DefaultAction::Deny);
+            let text = serde_json::to_string(&spec).unwrap();
+            let back: CalicoTierSpec = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                back.order.map(f64::to_bits),
+                Some(order.to_bits()),
+                "{order:e} as {text}"
+            );
+        }
     }
 
     #[test]
@@ -363,5 +455,157 @@ mod tests {
             error.to_string().contains("projectcalico.org/v3"),
             "{error}"
         );
+    }
+
+    fn entry(manager: &str, time: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            time: Some(Time(time.parse().unwrap())),
+            fields_v1: Some(FieldsV1(fields)),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    #[test]
+    fn observes_order_action_resource_version_and_last_writer() {
+        let mut tier = parse(json!({
+            "metadata": {"name": "kube-admin", "resourceVersion": "7"},
+            "spec": {"order": 1000, "defaultAction": "Pass"}
+        }));
+        tier.metadata.managed_fields = Some(vec![
+            entry(
+                "calico-kube-controllers",
+                "2026-12-01T08:00:00Z",
+                json!({"f:spec": {"f:order": {}, "f:defaultAction": {}}}),
+            ),
+            entry(
+                "kubectl-edit",
+                "2026-12-01T09:00:00Z",
+                json!({"f:spec": {"f:defaultAction": {}}}),
+            ),
+            entry(
+                "labeller",
+                "2026-12-01T10:00:00Z",
+                json!({"f:metadata": {"f:labels": {}}}),
+            ),
+        ]);
+        assert_eq!(
+            observe(&tier),
+            ObservedTier {
+                name: "kube-admin".into(),
+                order: Some(1000.0),
+                default_action: DefaultAction::Pass,
+                resource_version: "7".into(),
+                last_writer: Some(tier_core::FieldWriter {
+                    manager: "kubectl-edit".into(),
+                    time: Some("2026-12-01T09:00:00Z".into()),
+                }),
+            }
+        );
+        // Antrea's field names own nothing here.
+        tier.metadata.managed_fields = Some(vec![entry(
+            "x",
+            "2026-12-01T08:00:00Z",
+            json!({"f:spec": {"f:priority": {}}}),
+        )]);
+        assert_eq!(observe(&tier).last_writer, None);
+    }
+
+    #[test]
+    fn a_created_object_is_in_sync_with_its_desired_tier() {
+        let resource = CalicoApi::V3.resource();
+        for desired in tier_core::calico::built_ins() {
+            let object = <CalicoTier as KubeTier>::object(&desired, &resource);
+            assert_eq!(object.metadata.name.as_deref(), Some(desired.name.as_str()));
+            assert!(tier_core::calico::in_sync(&desired, &observe(&object)));
+        }
+        let last = TierSpec::new("last", None, DefaultAction::Deny);
+        let json =
+            serde_json::to_value(<CalicoTier as KubeTier>::object(&last, &resource)).unwrap();
+        assert_eq!(json["spec"], json!({"defaultAction": "Deny"}));
+    }
+
+    #[test]
+    fn an_update_sets_order_and_action_and_keeps_everything_else() {
+        let mut tier = parse(json!({
+            "metadata": {"name": "default", "resourceVersion": "3", "labels": {"a": "b"}},
+            "spec": {"order": 5, "futureField": true},
+            "status": {"conditions": []}
+        }));
+        let before = tier.clone();
+        tier.set_desired(&TierSpec::new(
+            "default",
+            Some(tier_core::calico::DEFAULT_ORDER),
+            DefaultAction::Deny,
+        ));
+        assert_eq!(tier.spec.order, Some(1_000_000.0));
+        assert_eq!(tier.spec.default_action, Some(DefaultAction::Deny));
+        assert_eq!(tier.spec.other, before.spec.other);
+        assert_eq!(tier.metadata, before.metadata);
+        assert_eq!(tier.status, before.status);
+        // An absent desired order removes the field (the Tier goes last).
+        tier.set_desired(&TierSpec::new("default", None, DefaultAction::Pass));
+        let json = serde_json::to_value(&tier).unwrap();
+        assert!(json["spec"].get("order").is_none(), "{json}");
+    }
+
+    #[test]
+    fn failures_name_calicos_resource() {
+        let words = crate::explain::status_words_about(
+            &kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+            &CalicoTier::hints(&CalicoApi::V3.resource()),
+        );
+        assert!(words.contains("on tiers.projectcalico.org"), "{words}");
+        assert!(
+            words.contains("deploy/overlays/calico/rbac.yaml"),
+            "{words}"
+        );
+        assert!(!words.contains("antrea"), "{words}");
+        let hints = CalicoTier::hints(&CalicoApi::CrdV1.resource());
+        assert_eq!(hints.resource, "tiers.crd.projectcalico.org");
+    }
+
+    #[tokio::test]
+    async fn the_shared_lister_keeps_calico_tiers_under_their_resource() {
+        use futures::channel::mpsc;
+        use kube::runtime::{reflector, watcher};
+        use tier_core::TierLister;
+
+        let resource = CalicoApi::V3.resource();
+        let (feed, events) = mpsc::unbounded();
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let lister = crate::KubeLister::from_reflector_with(
+            resource.clone(),
+            store,
+            reflector::reflector(writer, events),
+        )
+        .unwrap();
+        let tier = parse(json!({
+            "apiVersion": "projectcalico.org/v3", "kind": "Tier",
+            "metadata": {"name": "default", "resourceVersion": "4"},
+            "spec": {"order": 1000000, "defaultAction": "Deny"}
+        }));
+        for event in [
+            watcher::Event::Init,
+            watcher::Event::InitApply(tier.clone()),
+            watcher::Event::InitDone,
+        ] {
+            feed.unbounded_send(Ok(event)).unwrap();
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(5), lister.wait_synced())
+            .await
+            .unwrap();
+        let snapshot: tier_core::Snapshot<Calico> = lister.snapshot();
+        assert_eq!(snapshot.generation, 1);
+        assert_eq!(
+            snapshot.observe("default"),
+            tier_core::Observed::Present(observe(&tier))
+        );
+        assert_eq!(lister.resource(), &resource);
+        // The store is keyed by the resource: the writer finds the object under it.
+        let key = kube::runtime::reflector::ObjectRef::new_with("default", resource);
+        assert_eq!(lister.store().get(&key).as_deref(), Some(&tier));
     }
 }

@@ -119,7 +119,7 @@ pub fn observe(tier: &Tier) -> ObservedTier {
 }
 
 /// The `managedFields` entry that owns `spec.priority` or `spec.description` with the latest
-/// time: who last set a field tierd corrects ([`kube_tier::last_writer`]).
+/// time: who last set a field tierd corrects (the shared `kube_tier::last_writer`).
 pub fn last_writer(tier: &Tier) -> Option<FieldWriter> {
     kube_tier::last_writer(tier)
 }
@@ -127,8 +127,7 @@ pub fn last_writer(tier: &Tier) -> Option<FieldWriter> {
 /// Antrea's Tier on the shared lister and writer: a fixed resource (`()`), the whole spec
 /// replaced on update.
 impl KubeTier for Tier {
-    type Desired = tier_core::TierSpec;
-    type Observed = ObservedTier;
+    type Controller = tier_core::Antrea;
 
     const ENSURED_FIELDS: &'static [&'static str] = &["f:priority", "f:description"];
 
@@ -144,8 +143,8 @@ impl KubeTier for Tier {
         self.spec = TierSpec::from_desired(desired);
     }
 
-    fn desired_name(desired: &tier_core::TierSpec) -> &str {
-        &desired.name
+    fn hints((): &()) -> crate::explain::ResourceHints {
+        crate::explain::ResourceHints::antrea()
     }
 }
 

@@ -23,7 +23,15 @@ use std::hash::Hash;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tier_core::FieldWriter;
+use tier_core::{Controller, FieldWriter};
+
+use crate::explain::ResourceHints;
+
+/// The core's desired Tier of `T`'s controller.
+pub type Desired<T> = <<T as KubeTier>::Controller as Controller>::Spec;
+
+/// The core's observed Tier of `T`'s controller.
+pub type Observed<T> = <<T as KubeTier>::Controller as Controller>::Observed;
 
 /// A Tier object of one controller, as the shared lister and writer handle it.
 pub trait KubeTier:
@@ -36,26 +44,25 @@ pub trait KubeTier:
     + Sync
     + 'static
 {
-    /// The core's desired Tier of this controller.
-    type Desired: Debug + Send + Sync;
-    /// The core's observed Tier of this controller.
-    type Observed: Clone + Debug + PartialEq + Send + Sync + 'static;
+    /// The core's controller whose Tiers these objects are ([`tier_core::Antrea`],
+    /// [`tier_core::calico::Calico`]): its desired and observed Tier types.
+    type Controller: Controller;
 
     /// The `spec` fields tierd ensures, as `managedFields` name them (`f:priority`): the
     /// owner of any of them with the latest time is the Tier's last writer.
     const ENSURED_FIELDS: &'static [&'static str];
 
     /// What the core sees of this object (name, ensured fields, resourceVersion, last writer).
-    fn observe(&self) -> Self::Observed;
+    fn observe(&self) -> Observed<Self>;
 
     /// A fresh object for `desired` (name and spec only) of `resource`.
-    fn object(desired: &Self::Desired, resource: &Self::DynamicType) -> Self;
+    fn object(desired: &Desired<Self>, resource: &Self::DynamicType) -> Self;
 
     /// Sets the ensured fields of this (cached) object to `desired`'s, keeping everything else.
-    fn set_desired(&mut self, desired: &Self::Desired);
+    fn set_desired(&mut self, desired: &Desired<Self>);
 
-    /// The name of `desired`.
-    fn desired_name(desired: &Self::Desired) -> &str;
+    /// What failure messages say about `resource` (its name, RBAC file, how to install it).
+    fn hints(resource: &Self::DynamicType) -> ResourceHints;
 
     /// The resource's name as RBAC and CRDs spell it (`tiers.crd.antrea.io`), for messages.
     fn resource_name(resource: &Self::DynamicType) -> String {

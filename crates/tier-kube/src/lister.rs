@@ -31,7 +31,7 @@
 //! `tiers.crd.antrea.io`, an `ApiResource` for Calico's configured group/version) and hands it
 //! to its [`writer`](KubeLister::writer). [`start`](KubeLister::start),
 //! [`start_with`](KubeLister::start_with), [`from_reflector`](KubeLister::from_reflector) and
-//! [`shared`](KubeLister::shared) are for fixed resources; [`watch`](KubeLister::watch),
+//! [`shared`](KubeLister::shared) are Antrea's; [`watch`](KubeLister::watch),
 //! [`from_reflector_with`](KubeLister::from_reflector_with) and
 //! [`shared_with`](KubeLister::shared_with) take the resource.
 //!
@@ -59,8 +59,10 @@ use tier_core::{Generation, Snapshot, TierLister};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::RetryBackoff;
 use crate::crd::Tier;
-use crate::kube_tier::KubeTier;
+use crate::explain::ResourceHints;
+use crate::kube_tier::{KubeTier, Observed};
 use crate::writer::{KubeWriter, WriterConfig};
 
 /// Starting a [`KubeLister`] failed.
@@ -78,7 +80,8 @@ pub struct WatchStats {
     pub lists: u64,
     /// Errors the watch stream reported (failed lists, failed or expired watches).
     pub errors: u64,
-    /// The most recent of those errors, if any, in words ([`crate::explain::watch_error`]).
+    /// The most recent of those errors, if any, in words
+    /// ([`crate::explain::watch_error_about`] the lister's resource).
     pub last_error: Option<String>,
 }
 
@@ -128,9 +131,10 @@ impl<T: KubeTier> Drop for Inner<T> {
 /// yields it.
 pub struct ListerFeed<T: KubeTier = Tier> {
     store: Store<T>,
+    hints: ResourceHints,
     generation: watch::Sender<Generation>,
     stats: Arc<Mutex<WatchStats>>,
-    published: Option<BTreeMap<String, T::Observed>>,
+    published: Option<BTreeMap<String, Observed<T>>>,
 }
 
 impl<T: KubeTier> std::fmt::Debug for ListerFeed<T> {
@@ -167,7 +171,7 @@ impl<T: KubeTier> ListerFeed<T> {
                 }
             }
             Err(error) => {
-                let error = crate::explain::watch_error(error);
+                let error = crate::explain::watch_error_about(error, &self.hints);
                 tracing::warn!(%error, "Tier watch failed; retrying with backoff");
                 let mut stats = lock(&self.stats);
                 stats.errors += 1;
@@ -183,15 +187,10 @@ impl KubeLister<Tier> {
     pub fn start(client: kube::Client) -> Result<Self, ListerError> {
         Self::start_with(Api::all(client), watcher::Config::default())
     }
-}
 
-impl<T: KubeTier> KubeLister<T>
-where
-    T::DynamicType: Default,
-{
     /// Like [`start`](KubeLister::start), with an explicit API handle and watcher
-    /// configuration, for a fixed resource.
-    pub fn start_with(api: Api<T>, config: watcher::Config) -> Result<Self, ListerError> {
+    /// configuration.
+    pub fn start_with(api: Api<Tier>, config: watcher::Config) -> Result<Self, ListerError> {
         let (store, writer) = reflector::store();
         let events = reflector::reflector(writer, watcher(api, config).default_backoff());
         Self::from_reflector(store, events)
@@ -200,19 +199,19 @@ where
     /// A lister on an embedder's reflector: `store` is its store and `events` the stream
     /// `kube::runtime::reflector(writer, ...)` returned for it, which the lister's task polls.
     /// Use [`shared`](Self::shared) instead when the embedder polls the stream itself.
-    pub fn from_reflector<S>(store: Store<T>, events: S) -> Result<Self, ListerError>
+    pub fn from_reflector<S>(store: Store<Tier>, events: S) -> Result<Self, ListerError>
     where
-        S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+        S: futures::Stream<Item = Result<watcher::Event<Tier>, watcher::Error>> + Send + 'static,
     {
-        Self::from_reflector_with(T::DynamicType::default(), store, events)
+        Self::from_reflector_with((), store, events)
     }
 
     /// A lister on an embedder's reflector store, fed by the embedder: show the returned
-    /// [`ListerFeed`] every item of the reflector stream (see the [module docs](self)). The
+    /// [`ListerFeed`] every item of the reflector stream (see [`ListerFeed::observe`]). The
     /// lister runs no task and no watch of its own; it never syncs if the feed is dropped
     /// before the first complete list.
-    pub fn shared(store: Store<T>) -> (Self, ListerFeed<T>) {
-        Self::shared_with(T::DynamicType::default(), store)
+    pub fn shared(store: Store<Tier>) -> (Self, ListerFeed) {
+        Self::shared_with((), store)
     }
 }
 
@@ -228,6 +227,22 @@ impl<T: KubeTier> KubeLister<T> {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+        Self::from_reflector_with(resource, store, events)
+    }
+
+    /// [`watch`](Self::watch) retrying failed lists and watches at `backoff`'s pace (tierd's
+    /// commands use [`RetryBackoff::default`], at most 2 s between attempts) instead of kube's
+    /// default backoff.
+    pub fn watch_with_backoff(
+        client: kube::Client,
+        resource: T::DynamicType,
+        config: watcher::Config,
+        backoff: RetryBackoff,
+    ) -> Result<Self, ListerError> {
+        let api = Api::<T>::all_with(client, &resource);
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let events = reflector::reflector(writer, watcher(api, config).backoff(backoff));
         Self::from_reflector_with(resource, store, events)
     }
 
@@ -257,6 +272,7 @@ impl<T: KubeTier> KubeLister<T> {
         let stats = Arc::new(Mutex::new(WatchStats::default()));
         let feed = ListerFeed {
             store: store.clone(),
+            hints: T::hints(&resource),
             generation: generation_tx,
             stats: stats.clone(),
             published: None,
@@ -274,7 +290,7 @@ impl<T: KubeTier> KubeLister<T> {
     }
 
     /// A [`KubeWriter`] for this lister's resource whose updates start from this lister's
-    /// store, the only safe base (see [`writer`](mod@crate::writer)). `client` should have
+    /// store, the only safe base (see [`KubeWriter`]). `client` should have
     /// kube's retry layer off ([`client::writer_client`](crate::client::writer_client)).
     pub fn writer(&self, client: kube::Client, config: WriterConfig) -> KubeWriter<T> {
         KubeWriter::new_with(client, self.inner.resource.clone(), self.store(), config)
@@ -316,7 +332,7 @@ impl<T: KubeTier> KubeLister<T> {
 
     /// The generation and, once synced, every cached Tier as the core sees it (generation
     /// read first).
-    fn view(&self) -> (Generation, Option<BTreeMap<String, T::Observed>>) {
+    fn view(&self) -> (Generation, Option<BTreeMap<String, Observed<T>>>) {
         let generation = self.generation();
         if generation == 0 {
             return (0, None);
@@ -326,13 +342,13 @@ impl<T: KubeTier> KubeLister<T> {
 }
 
 #[async_trait]
-impl TierLister for KubeLister<Tier> {
+impl<T: KubeTier> TierLister<T::Controller> for KubeLister<T> {
     /// Resolves at the first complete list; never if the watch task is gone.
     async fn wait_synced(&self) {
         self.synced().await;
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Snapshot<T::Controller> {
         match self.view() {
             (generation, Some(tiers)) => Snapshot {
                 generation,
@@ -348,7 +364,7 @@ impl TierLister for KubeLister<Tier> {
 }
 
 /// Everything the store holds, as the core sees it.
-fn observed<T: KubeTier>(store: &Store<T>) -> BTreeMap<String, T::Observed> {
+fn observed<T: KubeTier>(store: &Store<T>) -> BTreeMap<String, Observed<T>> {
     store
         .state()
         .iter()

@@ -48,11 +48,11 @@ use http::StatusCode;
 use kube::api::PostParams;
 use kube::client::Body;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tier_core::{ErrorClass, TierSpec as Desired, TierWriter, WriteError};
+use tier_core::{DesiredTier, ErrorClass, TierWriter, WriteError};
 
 use crate::classify;
 use crate::crd::Tier;
-use crate::kube_tier::KubeTier;
+use crate::kube_tier::{Desired, KubeTier};
 
 /// The default field manager of tierd's writes.
 pub const DEFAULT_FIELD_MANAGER: &str = "tierd";
@@ -80,7 +80,10 @@ impl Default for WriterConfig {
 }
 
 /// The [`TierWriter`] port: creates and replaces Tier objects of one resource (by default
-/// Antrea's `tiers.crd.antrea.io`).
+/// Antrea's `tiers.crd.antrea.io`). An update is a PUT of the object cached in the lister's
+/// store with the desired fields set, on the decided resourceVersion (every other field kept);
+/// a Tier no longer cached is stale without a request. Every call is cut after the call
+/// timeout and never retried.
 pub struct KubeWriter<T: KubeTier = Tier> {
     client: kube::Client,
     request: kube::core::Request,
@@ -111,17 +114,14 @@ impl<T: KubeTier> std::fmt::Debug for KubeWriter<T> {
     }
 }
 
-impl<T: KubeTier> KubeWriter<T>
-where
-    T::DynamicType: Default,
-{
-    /// A writer on `client` whose updates start from the objects in `store`: the reflector
+impl KubeWriter<Tier> {
+    /// An Antrea Tier writer on `client` whose updates start from the objects in `store`: the reflector
     /// store the core observes through (the lister's, see
     /// [`KubeLister::store`](crate::KubeLister::store), or simply use
     /// [`KubeLister::writer`](crate::KubeLister::writer)). `client` should have kube's retry
     /// layer off ([`client::writer_client`](crate::client::writer_client)).
-    pub fn new(client: kube::Client, store: Store<T>, config: WriterConfig) -> Self {
-        Self::new_with(client, T::DynamicType::default(), store, config)
+    pub fn new(client: kube::Client, store: Store<Tier>, config: WriterConfig) -> Self {
+        Self::new_with(client, (), store, config)
     }
 }
 
@@ -162,8 +162,8 @@ impl<T: KubeTier> KubeWriter<T> {
     /// # Errors
     ///
     /// Stale when the Tier is not cached: it was deleted since the core observed it.
-    fn replacement(&self, desired: &T::Desired, resource_version: &str) -> Result<T, WriteError> {
-        let name = T::desired_name(desired);
+    fn replacement(&self, desired: &Desired<T>, resource_version: &str) -> Result<T, WriteError> {
+        let name = desired.name();
         let key = ObjectRef::new_with(name, self.resource.clone());
         let Some(cached) = self.store.get(&key) else {
             return Err(WriteError::stale(format!(
@@ -178,20 +178,20 @@ impl<T: KubeTier> KubeWriter<T> {
     }
 
     /// POSTs a fresh object for `desired`.
-    async fn create_object(&self, desired: &T::Desired) -> Result<(), WriteError> {
+    async fn create_object(&self, desired: &Desired<T>) -> Result<(), WriteError> {
         let body = to_json(&T::object(desired, &self.resource))?;
         let request = self.request.create(&self.params(), body);
-        self.send("create", T::desired_name(desired), request).await
+        self.send("create", desired.name(), request).await
     }
 
     /// PUTs the cached object with `desired`'s fields, on `resource_version`.
     async fn update_object(
         &self,
-        desired: &T::Desired,
+        desired: &Desired<T>,
         resource_version: &str,
     ) -> Result<(), WriteError> {
         let body = to_json(&self.replacement(desired, resource_version)?)?;
-        let name = T::desired_name(desired);
+        let name = desired.name();
         let request = self.request.replace(name, &self.params(), body);
         self.send("replace", name, request).await
     }
@@ -237,12 +237,12 @@ impl<T: KubeTier> KubeWriter<T> {
 }
 
 #[async_trait]
-impl TierWriter for KubeWriter<Tier> {
-    async fn create(&self, tier: &Desired) -> Result<(), WriteError> {
+impl<T: KubeTier> TierWriter<T::Controller> for KubeWriter<T> {
+    async fn create(&self, tier: &Desired<T>) -> Result<(), WriteError> {
         self.create_object(tier).await
     }
 
-    async fn update(&self, tier: &Desired, resource_version: &str) -> Result<(), WriteError> {
+    async fn update(&self, tier: &Desired<T>, resource_version: &str) -> Result<(), WriteError> {
         self.update_object(tier, resource_version).await
     }
 }
@@ -297,7 +297,7 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
 
         let kube_writer = KubeWriter::new(client(), store, WriterConfig::default());
-        let desired = Desired::new("platform", 200, "");
+        let desired = tier_core::TierSpec::new("platform", 200, "");
         let object = kube_writer.replacement(&desired, "8").unwrap();
         assert_eq!(object.metadata.resource_version.as_deref(), Some("8"));
         assert_eq!(object.metadata.labels, cached.metadata.labels);
@@ -316,7 +316,7 @@ mod tests {
         // The trap this type makes impossible: a PUT of a bare object would null the labels.
         let (store, _feed) = reflector::store::<Tier>();
         let kube_writer = KubeWriter::new(client(), store, WriterConfig::default());
-        let desired = Desired::new("platform", 200, "d");
+        let desired = tier_core::TierSpec::new("platform", 200, "d");
         let error = kube_writer.replacement(&desired, "3").unwrap_err();
         assert_eq!(error.class, ErrorClass::Stale);
         assert!(
@@ -334,5 +334,49 @@ mod tests {
         let config = WriterConfig::default();
         assert_eq!(config.field_manager, "tierd");
         assert_eq!(config.call_timeout, Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_calico_writer_writes_its_resource_from_the_cached_object() {
+        use crate::calico::{CalicoApi, CalicoTier, DefaultAction};
+        let resource = CalicoApi::V3.resource();
+        let mut feed = reflector::store::Writer::new(resource.clone());
+        let store = feed.as_reader();
+        let cached: CalicoTier = serde_json::from_value(serde_json::json!({
+            "apiVersion": "projectcalico.org/v3", "kind": "Tier",
+            "metadata": {"name": "default", "resourceVersion": "9", "labels": {"team": "net"}},
+            "spec": {"order": 5, "futureField": 1}
+        }))
+        .unwrap();
+        feed.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
+        let writer = KubeWriter::new_with(client(), resource, store, WriterConfig::default());
+        let desired = tier_core::calico::TierSpec::new(
+            "default",
+            Some(tier_core::calico::DEFAULT_ORDER),
+            DefaultAction::Deny,
+        );
+        let object = writer.replacement(&desired, "8").unwrap();
+        assert_eq!(object.metadata.resource_version.as_deref(), Some("8"));
+        assert_eq!(object.metadata.labels, cached.metadata.labels);
+        assert_eq!(object.spec.order, Some(1_000_000.0));
+        assert_eq!(object.spec.default_action, Some(DefaultAction::Deny));
+        assert_eq!(object.spec.other, cached.spec.other);
+        let create = writer.request.create(&writer.params(), Vec::new()).unwrap();
+        assert_eq!(
+            create.uri().to_string(),
+            "/apis/projectcalico.org/v3/tiers?&fieldManager=tierd"
+        );
+        let replace = writer
+            .request
+            .replace("default", &writer.params(), Vec::new())
+            .unwrap();
+        assert_eq!(
+            replace.uri().path(),
+            "/apis/projectcalico.org/v3/tiers/default"
+        );
+        // Uncached: stale, as for Antrea.
+        let other = tier_core::calico::TierSpec::new("gone", None, DefaultAction::Pass);
+        let error = writer.replacement(&other, "1").unwrap_err();
+        assert_eq!(error.class, ErrorClass::Stale);
     }
 }
