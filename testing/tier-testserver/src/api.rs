@@ -22,7 +22,7 @@ use crate::resources::{self, ObjectRequest};
 use crate::status::StatusError;
 use crate::store::{EventsApi, TableId};
 use crate::tier;
-use crate::tier_api::{AntreaTiers, CalicoTiers};
+use crate::tier_api::{self, TierApi};
 use crate::tiers;
 use crate::util::{object_name, parse_query};
 
@@ -466,6 +466,8 @@ struct TiersRequest {
     query: Vec<(String, String)>,
 }
 
+/// Serves a Tier request with the [`TierApi`] of its table: the one place a controller is
+/// chosen.
 async fn tiers_request(
     shared: &Arc<Shared>,
     parts: &http::request::Parts,
@@ -474,11 +476,37 @@ async fn tiers_request(
     user: &str,
     record: &mut RequestRecord,
 ) -> Outcome {
+    match request.table {
+        TableId::Antrea => {
+            tier_request(
+                shared,
+                parts,
+                body,
+                &tier_api::Antrea,
+                request,
+                user,
+                record,
+            )
+            .await
+        }
+        TableId::Calico => {
+            let api = tier_api::Calico(shared.store.calico_api());
+            tier_request(shared, parts, body, &api, request, user, record).await
+        }
+    }
+}
+
+async fn tier_request(
+    shared: &Arc<Shared>,
+    parts: &http::request::Parts,
+    body: Incoming,
+    api: &impl TierApi,
+    request: TiersRequest,
+    user: &str,
+    record: &mut RequestRecord,
+) -> Outcome {
     let TiersRequest {
-        table,
-        verb,
-        name,
-        query,
+        verb, name, query, ..
     } = request;
     record.verb = Some(verb);
     let body = if matches!(
@@ -499,12 +527,9 @@ async fn tiers_request(
         (_, name) => name,
     };
     record.name.clone_from(&name);
-    let calico = shared.store.calico_api();
-    let resource = match table {
-        TableId::Antrea => tier::TIERS,
-        TableId::Calico => calico.resource(),
-    };
-    let fault = shared.faults.take(verb, name.as_deref(), resource);
+    let fault = shared
+        .faults
+        .take(verb, name.as_deref(), api.schema().resource());
     record.fault = fault.as_ref().map(FaultAction::kind);
     if let Some(outcome) = before_serving(fault.as_ref()).await {
         return outcome;
@@ -515,11 +540,7 @@ async fn tiers_request(
         content_type: media_type(&parts.headers),
         body,
     };
-    let name = name.as_deref();
-    let response = match table {
-        TableId::Antrea => tiers::serve(shared, &AntreaTiers, verb, name, &request).await,
-        TableId::Calico => tiers::serve(shared, &CalicoTiers(calico), verb, name, &request).await,
-    };
+    let response = tiers::serve(shared, api, verb, name.as_deref(), &request).await;
     match fault {
         Some(FaultAction::LoseResponse {
             code,

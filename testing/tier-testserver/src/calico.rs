@@ -3,7 +3,8 @@
 //! schema), its three built-in Tiers, the CRD's schema with its default and its CEL rules, and
 //! the ValidatingAdmissionPolicy that protects the built-ins from deletion.
 //!
-//! Like [`antrea`](crate::antrea), this is an **independent oracle**, not a call into
+//! Like [`antrea`](crate::antrea), this is an **independent oracle** (`tests/calico_oracle.rs`
+//! checks it agrees with `tier_core::calico`, verdict and message), not a call into
 //! `tier_core`: the test API server stands for Calico, so it must not share tierd's reading of
 //! Calico's rules. Its facts are transcribed from Calico's sources:
 //! `api/pkg/apis/projectcalico/v3/tier.go` (the constants and the `XValidation` rules),

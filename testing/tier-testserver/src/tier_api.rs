@@ -1,7 +1,7 @@
 //! The Tier resources as the Tier verbs see them ([`TierApi`]): where the objects are stored,
 //! their schema, and the admission that runs between schema validation and storage. One
-//! implementation per controller: [`AntreaTiers`] (the configurable admission: none, Antrea's
-//! rules in process, or a real webhook) and [`CalicoTiers`] (Calico's admission policy).
+//! implementation per controller: [`Antrea`] (the configurable admission: none, Antrea's
+//! rules in process, or a real webhook) and [`Calico`] (Calico's admission policy).
 
 use std::future::Future;
 
@@ -29,9 +29,9 @@ pub(crate) trait TierApi: Sync {
 }
 
 /// Antrea's Tier, `tiers.crd.antrea.io`.
-pub(crate) struct AntreaTiers;
+pub(crate) struct Antrea;
 
-impl TierApi for AntreaTiers {
+impl TierApi for Antrea {
     fn table(&self) -> TableId {
         TableId::Antrea
     }
@@ -47,9 +47,9 @@ impl TierApi for AntreaTiers {
 }
 
 /// Calico's Tier at the configured API.
-pub(crate) struct CalicoTiers(pub(crate) CalicoApi);
+pub(crate) struct Calico(pub(crate) CalicoApi);
 
-impl TierApi for CalicoTiers {
+impl TierApi for Calico {
     fn table(&self) -> TableId {
         TableId::Calico
     }
