@@ -26,7 +26,7 @@ pub const DEFAULT_WEBHOOK_LISTEN: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9443);
 
 /// What a command needs to know about the controller `--controller` selects.
-pub trait ControllerMode: tierd::Backend + Planned {
+pub trait ControllerMode: tierd::backend::Backend + Planned {
     /// The desired set: the `--tiers` file in this controller's fields, or its default Tiers.
     /// Refuses flags of another controller first (exit 2, before any request).
     fn desired(args: &ClusterArgs) -> Result<DesiredSet<Self>, CommandError>;

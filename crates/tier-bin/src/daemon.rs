@@ -210,7 +210,7 @@ struct Pending {
 
 /// Starts the webhook and metrics servers (TLS when certificates are given; the self-signed
 /// files are loaded now, once settled).
-async fn serve_webhook_and_metrics<C: tierd::Backend>(
+async fn serve_webhook_and_metrics<C: tierd::backend::Backend>(
     args: &RunArgs,
     tierd: &Tierd<C>,
     tls: &mut Option<Arc<CertReloader>>,

@@ -97,7 +97,7 @@ use tier_server::readiness::{CheckState, Readiness, Shutdown};
 use tier_server::server::Routes;
 use tokio::task::JoinHandle;
 
-pub use backend::Backend;
+use backend::Backend;
 pub use certificate::{SERVING_CERTIFICATE, SelfSigned};
 
 /// The readiness check that passes once the controller identity is known (informational:
