@@ -6,7 +6,7 @@
 //! ```
 //! use tier_core::{ErrorClass, WriteError};
 //! use tier_memory::ApiError;
-//! use tier_memory::backend::ANTREA_TIERS;
+//! use tier_memory::ANTREA_TIERS;
 //!
 //! let err = ApiError::AlreadyExists { resource: ANTREA_TIERS, name: "baseline".into() };
 //! assert_eq!((err.code(), err.reason()), (409, "AlreadyExists"));

@@ -9,7 +9,9 @@ use tier_core::calico::{
 };
 use tier_core::{DesiredSet, DriverConfig, ErrorClass, Mode, Stopped, TierWriter};
 use tier_memory::faults::RandomFaults;
-use tier_memory::{ApiError, CALICO_TIERS, CacheConfig, CallOutcome, ClusterBuilder, MemoryCluster, SyncMode, Verb};
+use tier_memory::{
+    ApiError, CALICO_TIERS, CacheConfig, CallOutcome, ClusterBuilder, MemoryCluster, SyncMode, Verb,
+};
 use tokio::time::timeout;
 
 fn converged(cluster: &MemoryCluster<Calico>) -> bool {
