@@ -163,12 +163,25 @@ impl ControllerIdentity {
         call_timeout: Duration,
         backoff: RetryBackoff,
     ) -> Result<Self, IdentityError> {
+        Self::spawn(move || whoami_owned(client.clone()), call_timeout, backoff)
+    }
+
+    /// The background task on `ask` (the API server, or a test's stand-in).
+    fn spawn<F, Fut>(
+        ask: F,
+        call_timeout: Duration,
+        backoff: RetryBackoff,
+    ) -> Result<Self, IdentityError>
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<String, IdentityError>> + Send + 'static,
+    {
         let runtime = tokio::runtime::Handle::try_current().map_err(IdentityError::NoRuntime)?;
         let (tx, state) = watch::channel(IdentityState::Pending {
             attempts: 0,
             last_error: None,
         });
-        let task = runtime.spawn(ask_until_answered(client, call_timeout, backoff, tx));
+        let task = runtime.spawn(ask_until_answered(ask, call_timeout, backoff, tx));
         Ok(Self {
             inner: Arc::new(Inner {
                 state,
@@ -205,16 +218,24 @@ impl ControllerIdentity {
     }
 }
 
+/// [`whoami`] on an owned client, for the task.
+async fn whoami_owned(client: kube::Client) -> Result<String, IdentityError> {
+    whoami(&client).await
+}
+
 /// Asks until answered; logs the first failure and every change of it (not every retry).
-async fn ask_until_answered(
-    client: kube::Client,
+async fn ask_until_answered<F, Fut>(
+    mut ask: F,
     call_timeout: Duration,
     mut backoff: RetryBackoff,
     state: watch::Sender<IdentityState>,
-) {
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<String, IdentityError>>,
+{
     let mut attempts: u32 = 0;
     loop {
-        let error = match tokio::time::timeout(call_timeout, whoami(&client)).await {
+        let error = match tokio::time::timeout(call_timeout, ask()).await {
             Ok(Ok(user)) => {
                 tracing::info!(%user, attempts, "the API server says who tierd is (SelfSubjectReview)");
                 state.send_replace(IdentityState::Known(user));
@@ -235,5 +256,100 @@ async fn ask_until_answered(
         });
         let wait = backoff.next().unwrap_or(RetryBackoff::STARTUP.cap);
         tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// When the stand-in API server was asked.
+    type Asked = Arc<Mutex<Vec<Instant>>>;
+
+    /// A stand-in API server that fails `failures` times, then answers; records when it was asked.
+    fn server(
+        failures: usize,
+    ) -> (
+        Asked,
+        impl FnMut() -> std::future::Ready<Result<String, IdentityError>> + Send + 'static,
+    ) {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = asked.clone();
+        let ask = move || {
+            let mut log = log.lock().unwrap();
+            log.push(Instant::now());
+            std::future::ready(if log.len() > failures {
+                Ok("system:serviceaccount:kube-system:tierd".to_owned())
+            } else {
+                Err(IdentityError::NoUser)
+            })
+        };
+        (asked, ask)
+    }
+
+    /// The waits between attempts.
+    fn gaps(asked: &Mutex<Vec<Instant>>) -> Vec<Duration> {
+        asked
+            .lock()
+            .unwrap()
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_from_200_ms_and_are_capped_at_2_s() {
+        let (asked, ask) = server(12);
+        let identity =
+            ControllerIdentity::spawn(ask, Duration::from_secs(10), RetryBackoff::default())
+                .unwrap();
+        let user = tokio::time::timeout(Duration::from_secs(60), identity.wait())
+            .await
+            .unwrap();
+        assert_eq!(user, "system:serviceaccount:kube-system:tierd");
+        let gaps = gaps(&asked);
+        assert_eq!(gaps.len(), 12, "12 failures, 12 waits: {gaps:?}");
+        for (n, gap) in gaps.iter().enumerate() {
+            // Equal jitter: the n-th wait lies in [d/2, d], d = min(2 s, 200 ms * 2^n).
+            let d = Duration::from_millis(200 * 2u64.pow(n as u32)).min(Duration::from_secs(2));
+            assert!(
+                *gap >= d / 2 && *gap <= d,
+                "wait {n} was {gap:?}, not in [{:?}, {d:?}]",
+                d / 2
+            );
+        }
+        assert!(
+            gaps[6..].iter().all(|g| *g >= Duration::from_secs(1)),
+            "capped waits: {gaps:?}"
+        );
+        assert_eq!(identity.state(), IdentityState::Known(user));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_retry_ends_when_the_last_handle_is_dropped() {
+        let (asked, ask) = server(usize::MAX);
+        let identity =
+            ControllerIdentity::spawn(ask, Duration::from_secs(10), RetryBackoff::default())
+                .unwrap();
+        let clone = identity.clone();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(matches!(clone.state(), IdentityState::Pending { attempts, .. } if attempts >= 5));
+        drop(identity);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let with_a_clone = asked.lock().unwrap().len();
+        assert!(with_a_clone > 10, "a clone keeps it asking: {with_a_clone}");
+        drop(clone);
+        tokio::task::yield_now().await;
+        let at_drop = asked.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            at_drop,
+            "asked again after the last handle went"
+        );
     }
 }
