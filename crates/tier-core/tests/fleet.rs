@@ -605,7 +605,7 @@ fn a_calico_built_in_with_a_wrong_order_is_updated() {
         world.store(&tier);
     }
     // An older install, or someone with the CRD's validation off, left `default` wrong.
-    let wrong = calico::TierSpec::new(calico::DEFAULT, Some(5.0), DefaultAction::Pass);
+    let wrong = calico::TierSpec::new(calico::DEFAULT, Some(5.0), DefaultAction::Deny);
     world.store(&wrong);
     let rv = world
         .snapshot()

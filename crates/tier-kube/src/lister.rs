@@ -32,6 +32,7 @@
 //! to its [`writer`](KubeLister::writer). [`start`](KubeLister::start),
 //! [`start_with`](KubeLister::start_with), [`from_reflector`](KubeLister::from_reflector) and
 //! [`shared`](KubeLister::shared) are Antrea's; [`watch`](KubeLister::watch),
+//! [`watch_with_backoff`](KubeLister::watch_with_backoff),
 //! [`from_reflector_with`](KubeLister::from_reflector_with) and
 //! [`shared_with`](KubeLister::shared_with) take the resource.
 //!

@@ -237,7 +237,8 @@ impl<C: Backend> MemoryCluster<C> {
     }
 
     /// Makes the webhook (un)reachable. While unreachable, port writes fail with a transient
-    /// 500 `failed calling webhook`, as when the controller is not Ready yet.
+    /// 500 `failed calling webhook` (Antrea's, by name), as when the controller is not Ready
+    /// yet. Models Antrea's webhook only: Calico's policy runs inside the API server.
     pub fn set_webhook_reachable(&self, reachable: bool) {
         lock(&self.inner.server).webhook_reachable = reachable;
     }

@@ -15,7 +15,9 @@
 //! What kube-apiserver does with them, in order: prune unknown fields, drop `null`s, apply the
 //! default (`defaultAction: Deny`), validate the schema, then the CEL rules (skipped after a
 //! type error, and for an update that changes nothing, as CRD validation ratcheting does). Equal
-//! orders are allowed: Calico has no overlap rule and no limit on the number of Tiers.
+//! orders are allowed: Calico has no overlap rule and no limit on the number of Tiers. The
+//! `/status` subresource's own path is not served (404): nothing here writes a Tier's status,
+//! and the main resource keeps the stored `status` on every write, as with the subresource.
 
 use serde_json::{Map, Value, json};
 

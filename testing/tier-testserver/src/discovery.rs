@@ -87,7 +87,7 @@ impl Document {
                         "singularName": "tier",
                         "namespaced": false,
                         "kind": crate::calico::KIND,
-                        "verbs": ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"],
+                        "verbs": ["delete", "get", "list", "patch", "create", "update", "watch"],
                         "storageVersionHash": "tierd-testserver",
                     })],
                 )

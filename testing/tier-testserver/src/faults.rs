@@ -11,6 +11,7 @@ use std::sync::PoisonError;
 use std::time::Duration;
 
 use crate::status::ResourceName;
+use crate::tier;
 
 /// What a Tier request does, as kube-apiserver's authorizer would name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -178,15 +179,7 @@ impl Fault {
     /// [`forbidden_on`](Self::forbidden_on) names and matches one. RBAC cannot restrict
     /// `create` by object name: leave [`name`](Self::name) unset for a create.
     pub fn forbidden(verb: Verb, user: &str) -> Self {
-        let mut fault = Self::forbidden_on(
-            ResourceName {
-                group: "crd.antrea.io",
-                plural: "tiers",
-                kind: "Tier",
-            },
-            verb,
-            user,
-        );
+        let mut fault = Self::forbidden_on(tier::TIERS, verb, user);
         fault.resource = None;
         fault
     }
@@ -379,11 +372,8 @@ impl Faults {
 mod tests {
     use super::*;
 
-    const TIERS: ResourceName = ResourceName {
-        group: "crd.antrea.io",
-        plural: "tiers",
-        kind: "Tier",
-    };
+    use crate::tier::TIERS;
+
     const CALICO: ResourceName = ResourceName {
         group: "projectcalico.org",
         plural: "tiers",

@@ -35,22 +35,24 @@
 //! sources and fails otherwise). Shared types live in the lowest layer that needs them.
 //!
 //! 1. **base**, the protocol's vocabulary, knowing no resource: `util`, `patch`, `paging`,
-//!    `status`, `reply`, `faults`, `log`, `error`, `kubeconfig`.
+//!    `status`, `reply`, `error`, `kubeconfig`.
 //! 2. **model**, the resources and their rules, without state: `crd` (what every custom
 //!    resource gets: metadata pruning, names, the schema trait), `tier` (Antrea's Tier CRD
 //!    schema), `antrea` (Antrea's system Tiers and webhook rules), `calico` (Calico's Tier
 //!    CRD, built-in Tiers and admission policy), `objects` (Secrets and webhook
 //!    configurations), `config`.
-//! 3. **store**, state and history: `history` (changes and the watch feed), `table` (one
+//! 3. **steering**, what tests steer and observe: `faults` (per verb, name and resource),
+//!    `log` (the request log).
+//! 4. **store**, state and history: `history` (changes and the watch feed), `table` (one
 //!    Tier resource's objects, history and storage rules), `policies` (Antrea's policy
 //!    resources), `store` (both Tier tables, Events, objects, the resourceVersion).
-//! 4. **context**, what every handler is given: `admission` (admission modes and the webhook
+//! 5. **context**, what every handler is given: `admission` (admission modes and the webhook
 //!    client), `context` (shared state, the decoded request), `tier_api` (each Tier resource
 //!    as the Tier verbs see it).
-//! 5. **handlers**, one per endpoint family: `watch`, `tiers`, `policy_api`, `resources`,
+//! 6. **handlers**, one per endpoint family: `watch`, `tiers`, `policy_api`, `resources`,
 //!    `events`, `auth`, `discovery`.
-//! 6. **routing**: `api` (routes, authentication, faults, the request log).
-//! 7. **servers**: `server` ([`TestApiServer`], listener, connections), `test_webhook`,
+//! 7. **routing**: `api` (routes, authentication, faults, the request log).
+//! 8. **servers**: `server` ([`TestApiServer`], listener, connections), `test_webhook`,
 //!    `install`.
 //!
 //! ```no_run
@@ -112,7 +114,7 @@ mod util;
 mod watch;
 
 pub use calico::CalicoApi;
-pub use config::{AdmissionMode, FailurePolicy, ServerConfig, WebhookConfig};
+pub use config::{AdmissionMode, FailurePolicy, Limits, ServerConfig, WebhookConfig};
 pub use error::Error;
 pub use faults::{Fault, FaultAction, FaultId, FaultKind, Verb};
 pub use install::{InstallError, install_shipped_secret};

@@ -1,6 +1,7 @@
 //! The request log: one record per request the server received, with helpers to count and
 //! to wait for requests.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -128,27 +129,40 @@ impl RequestLog {
     }
 }
 
-/// The live log shared by the connection tasks.
-#[derive(Debug, Default)]
+/// The live log shared by the connection tasks: the last `capacity` records.
+#[derive(Debug)]
 pub(crate) struct LogBook {
     inner: Mutex<LogInner>,
     changed: Notify,
+    capacity: usize,
 }
 
 #[derive(Debug, Default)]
 struct LogInner {
     next_seq: u64,
-    records: Vec<RequestRecord>,
+    records: VecDeque<RequestRecord>,
 }
 
 impl LogBook {
+    /// An empty log keeping the last `capacity` records.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            inner: Mutex::default(),
+            changed: Notify::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
     /// Appends a record (its `seq` is assigned here) and wakes waiters.
     pub(crate) fn push(&self, mut record: RequestRecord) {
         {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             record.seq = inner.next_seq;
-            inner.next_seq += 1;
-            inner.records.push(record);
+            inner.next_seq = inner.next_seq.saturating_add(1);
+            while inner.records.len() >= self.capacity {
+                inner.records.pop_front();
+            }
+            inner.records.push_back(record);
         }
         self.changed.notify_waiters();
     }
@@ -160,7 +174,9 @@ impl LogBook {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .records
-                .clone(),
+                .iter()
+                .cloned()
+                .collect(),
         }
     }
 

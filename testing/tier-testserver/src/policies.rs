@@ -11,16 +11,17 @@
 //!
 //! The built-in Antrea admission reads [`Policies::references`] for a Tier DELETE.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::config::Limits;
 use crate::history::{Change, ChangeType, Feed, Subscription, added, drain};
 use crate::status::{ResourceName, StatusError};
 use crate::tier::{API_VERSION, GROUP};
-use crate::util::{metadata_mut, new_uid, now_rfc3339, object_name};
+use crate::util::{check_size, metadata_mut, new_uid, now_rfc3339, object_name};
 
 /// One of the two Antrea policy resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -97,13 +98,18 @@ pub(crate) type Key = (String, String);
 struct Resource {
     installed: bool,
     objects: BTreeMap<Key, Value>,
-    history: Vec<Arc<Change>>,
+    /// The last `window` changes.
+    history: VecDeque<Arc<Change>>,
+    /// Every change with `rv > floor` is in `history`.
+    floor: u64,
     changes: broadcast::Sender<Arc<Change>>,
 }
 
 struct State {
     rv: u64,
     resources: [Resource; 2],
+    window: usize,
+    limits: Limits,
 }
 
 /// Storage of both policy resources; clones share it. Also the "other actors" API: tests
@@ -128,23 +134,34 @@ impl std::fmt::Debug for Policies {
 }
 
 impl Default for Policies {
+    /// Both resources installed and empty, retaining 1000 changes each, within the default
+    /// [`Limits`].
     fn default() -> Self {
+        Self::new(1000, Limits::default())
+    }
+}
+
+impl Policies {
+    /// Both resources installed and empty, each retaining its last `window` changes, within
+    /// `limits`.
+    pub(crate) fn new(window: usize, limits: Limits) -> Self {
         let resource = || Resource {
             installed: true,
             objects: BTreeMap::new(),
-            history: Vec::new(),
+            history: VecDeque::new(),
+            floor: 0,
             changes: broadcast::channel(4096).0,
         };
         Self {
             state: Arc::new(Mutex::new(State {
                 rv: 1,
                 resources: [resource(), resource()],
+                window: window.max(1),
+                limits,
             })),
         }
     }
-}
 
-impl Policies {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -200,6 +217,9 @@ impl Policies {
         if state.resources[resource.index()].objects.contains_key(&key) {
             return Err(StatusError::already_exists(resource.name(), &key.1));
         }
+        if state.resources[resource.index()].objects.len() >= state.limits.max_objects {
+            return Err(StatusError::full(resource.name(), state.limits.max_objects));
+        }
         state.rv += 1;
         let rv = state.rv;
         if let Some(map) = obj.as_object_mut() {
@@ -211,9 +231,11 @@ impl Policies {
             meta.insert("uid".into(), json!(new_uid()));
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
         }
+        let window = state.window;
+        check_size(&obj, state.limits.max_object_bytes)?;
         let slot = &mut state.resources[resource.index()];
         slot.objects.insert(key, obj.clone());
-        push(slot, rv, ChangeType::Added, obj.clone(), None);
+        push(slot, window, rv, ChangeType::Added, obj.clone(), None);
         Ok(obj)
     }
 
@@ -245,8 +267,16 @@ impl Policies {
         if let Some(meta) = metadata_mut(&mut obj) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
+        let window = state.window;
         let slot = &mut state.resources[resource.index()];
-        push(slot, rv, ChangeType::Deleted, obj.clone(), Some(old));
+        push(
+            slot,
+            window,
+            rv,
+            ChangeType::Deleted,
+            obj.clone(),
+            Some(old),
+        );
         Ok(obj)
     }
 
@@ -310,14 +340,26 @@ fn check_installed(state: &State, resource: PolicyResource) -> Result<(), Status
     }
 }
 
-fn push(slot: &mut Resource, rv: u64, kind: ChangeType, object: Value, old: Option<Value>) {
+fn push(
+    slot: &mut Resource,
+    window: usize,
+    rv: u64,
+    kind: ChangeType,
+    object: Value,
+    old: Option<Value>,
+) {
     let change = Arc::new(Change {
         rv,
         kind,
         object,
         old,
     });
-    slot.history.push(Arc::clone(&change));
+    slot.history.push_back(Arc::clone(&change));
+    while slot.history.len() > window {
+        if let Some(evicted) = slot.history.pop_front() {
+            slot.floor = evicted.rv;
+        }
+    }
     // No open watch is not an error.
     let _ = slot.changes.send(change);
 }
@@ -335,6 +377,12 @@ impl Feed for PolicyFeed {
         let slot = &state.resources[self.resource.index()];
         let receiver = slot.changes.subscribe();
         let initial = match from {
+            Some(from) if !initial && from < slot.floor => {
+                return Err(StatusError::expired(format!(
+                    "too old resource version: {from} ({})",
+                    slot.floor.saturating_add(1)
+                )));
+            }
             Some(from) if !initial => slot
                 .history
                 .iter()
@@ -416,5 +464,32 @@ mod tests {
         );
         p.install(acnp);
         assert!(p.list(acnp).is_empty());
+    }
+
+    #[test]
+    fn history_and_objects_are_bounded() {
+        let p = Policies::new(
+            2,
+            Limits {
+                max_objects: 3,
+                ..Limits::default()
+            },
+        );
+        let acnp = PolicyResource::ClusterNetworkPolicies;
+        for name in ["a", "b", "c"] {
+            p.create(acnp, policy(acnp, None, name, "t")).unwrap();
+        }
+        assert_eq!(
+            p.create(acnp, policy(acnp, None, "d", "t"))
+                .unwrap_err()
+                .code,
+            500
+        );
+        let feed = PolicyFeed {
+            policies: p.clone(),
+            resource: acnp,
+        };
+        assert_eq!(feed.subscribe(Some(1), false).err().unwrap().code, 410);
+        assert_eq!(feed.subscribe(Some(3), false).unwrap().initial.len(), 1);
     }
 }

@@ -18,7 +18,7 @@ use crate::objects::{ObjectKind, key, stamp};
 use crate::reply::{self, ResponseBody};
 use crate::status::{Cause, StatusError};
 use crate::store::Store;
-use crate::util::{object_name, object_rv, parse_rv};
+use crate::util::{check_size, object_name, object_rv, parse_rv};
 
 /// A request for one kind of plain object.
 pub(crate) struct ObjectRequest<'a> {
@@ -138,10 +138,18 @@ fn write(
     let updating = request.name.is_some();
     let expected = object_rv(&obj).map(str::to_owned);
     let key = key(request.kind, request.namespace, &name);
+    let limits = store.limits();
+    let max_objects = limits.max_objects;
     store.with_objects(|rv, objects| {
         let existing = objects.get(&key).cloned();
         match (&existing, updating) {
             (Some(_), false) => return Err(StatusError::already_exists(resource, &name)),
+            (None, false)
+                if objects.keys().filter(|(k, _, _)| *k == request.kind).count()
+                    >= max_objects =>
+            {
+                return Err(StatusError::full(resource, max_objects));
+            }
             (None, true) => return Err(StatusError::not_found(resource, &name)),
             (None, false) if expected.is_some() => {
                 return Err(StatusError::internal(
@@ -160,6 +168,7 @@ fn write(
                 ));
             }
         }
+        check_size(&obj, limits.max_object_bytes)?;
         let stored = stamp(request.kind, &key, obj, existing.as_ref(), rv);
         objects.insert(key, stored.clone());
         Ok(stored)
@@ -175,6 +184,7 @@ fn patch(store: &Store, request: &ObjectRequest<'_>, name: &str) -> Result<Value
     }
     let doc = decode(request)?;
     let key = key(request.kind, request.namespace, name);
+    let limit = store.limits().max_object_bytes;
     store.with_objects(|rv, objects| {
         let existing = objects
             .get(&key)
@@ -182,6 +192,7 @@ fn patch(store: &Store, request: &ObjectRequest<'_>, name: &str) -> Result<Value
             .ok_or_else(|| StatusError::not_found(request.kind.resource(), name))?;
         let mut patched = existing.clone();
         crate::patch::merge_patch(&mut patched, &doc);
+        check_size(&patched, limit)?;
         let stored = stamp(request.kind, &key, patched, Some(&existing), rv);
         objects.insert(key, stored.clone());
         Ok(stored)
@@ -217,7 +228,7 @@ mod tests {
 
     #[test]
     fn create_is_create_if_absent_and_update_is_optimistic() {
-        let store = Store::new(10, crate::calico::CalicoApi::V3, false);
+        let store = Store::new(&crate::config::ServerConfig::default());
         let body = json!({"metadata": {"name": "s"}, "data": {"a": "YQ=="}}).to_string();
         let kind = ObjectKind::Secret;
         let created = write(&store, &request(kind, None, body.as_bytes()), None).unwrap();
@@ -257,7 +268,7 @@ mod tests {
 
     #[test]
     fn cluster_scoped_objects_ignore_the_namespace() {
-        let store = Store::new(10, crate::calico::CalicoApi::V3, false);
+        let store = Store::new(&crate::config::ServerConfig::default());
         let kind = ObjectKind::ValidatingWebhookConfiguration;
         store
             .put_object(kind, "whatever", json!({"metadata": {"name": "w"}}))

@@ -13,7 +13,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
@@ -62,16 +62,12 @@ impl TestApiServer {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (watch_generation, _) = watch::channel(0);
         let shared = Arc::new(Shared {
-            store: Store::new(
-                config.watch_window,
-                config.calico_api,
-                config.calico_installed,
-            ),
+            store: Store::new(&config),
             users: RwLock::new(config.users.clone()),
             grants: RwLock::new(Vec::new()),
             admission: RwLock::new(Arc::new(admission)),
             faults: Faults::default(),
-            log: LogBook::default(),
+            log: LogBook::new(config.limits.max_log_records),
             watch_generation,
             expire_watches: AtomicUsize::new(0),
             open_watches: AtomicUsize::new(0),
@@ -285,7 +281,16 @@ impl Drop for TestApiServer {
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
+    // At most `max_connections` are served at once; further clients wait in the backlog.
+    let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections.max(1)));
     loop {
+        let permit = tokio::select! {
+            () = crate::util::stopped(&mut shutdown) => break,
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
         tokio::select! {
             () = crate::util::stopped(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
@@ -293,7 +298,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     // As kube-apiserver (Go enables TCP_NODELAY by default): without it, a
                     // watch event written in pieces waits for the client's delayed ACK.
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_connection(stream, Arc::clone(&shared)));
+                    tokio::spawn(serve_connection(stream, Arc::clone(&shared), permit));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
@@ -304,8 +309,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// Serves one HTTP/1.1 connection until it closes, a fault kills it, or the server stops.
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+/// Serves one HTTP/1.1 connection until it closes, a fault kills it, or the server stops;
+/// `_permit` counts it against the connection bound meanwhile.
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, _permit: OwnedSemaphorePermit) {
     let mut shutdown = shared.shutdown.clone();
     let kill = Arc::new(Notify::new());
     let service = {

@@ -268,6 +268,15 @@ impl StatusError {
         .with_details(json!({"causes": [{"message": message}]}))
     }
 
+    /// 500 InternalError for a create beyond the server's bound of `limit` objects of
+    /// `resource` (what a full etcd makes kube-apiserver answer, with the bound named).
+    pub fn full(resource: ResourceName, limit: usize) -> Self {
+        Self::internal(&format!(
+            "tier-testserver holds at most {limit} {}: delete some first",
+            resource.qualified_resource()
+        ))
+    }
+
     /// 410 Expired (a resourceVersion or continue token older than the retained history).
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)

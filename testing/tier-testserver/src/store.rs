@@ -7,13 +7,14 @@
 //! [`Store::put_raw`]); every write bumps the resourceVersion and reaches open watches.
 //! [`CalicoTiers`] is the same API for Calico's Tiers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use crate::calico::CalicoApi;
+use crate::config::{Limits, ServerConfig};
 use crate::history::{Change, Feed, Subscription, drain};
 use crate::objects::{ObjectKey, ObjectKind, key, stamp};
 use crate::policies::Policies;
@@ -21,7 +22,7 @@ use crate::status::{Cause, ResourceName, StatusError};
 use crate::table::Table;
 use crate::tier;
 use crate::util::{
-    metadata_mut, new_uid, now_rfc3339, object_name, object_rv, parse_rv, random_suffix,
+    check_size, metadata_mut, new_uid, now_rfc3339, object_name, object_rv, parse_rv, random_suffix,
 };
 
 /// Which Tier table a request addresses.
@@ -80,7 +81,9 @@ struct State {
     rv: u64,
     antrea: Table,
     calico: Table,
-    events: Vec<(EventsApi, Value)>,
+    /// Oldest first, at most `limits.max_events`.
+    events: VecDeque<(EventsApi, Value)>,
+    limits: Limits,
     /// Secrets and webhook configurations (`objects`).
     objects: BTreeMap<ObjectKey, Value>,
 }
@@ -114,20 +117,21 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// An empty store at resourceVersion 1 whose Tier tables retain their last `window`
-    /// changes; Calico's Tier is served at `calico` and its CRD installed when
-    /// `calico_installed`.
-    pub(crate) fn new(window: usize, calico: CalicoApi, calico_installed: bool) -> Self {
+    /// An empty store at resourceVersion 1 as `config` shapes it: the watch window, Calico's
+    /// API and whether its CRD is installed, the limits.
+    pub(crate) fn new(config: &ServerConfig) -> Self {
+        let (window, limits, calico) = (config.watch_window, config.limits, config.calico_api);
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     rv: 1,
-                    antrea: Table::new(Arc::new(tier::Schema), window, true),
-                    calico: Table::new(Arc::new(calico), window, calico_installed),
-                    events: Vec::new(),
+                    antrea: Table::new(Arc::new(tier::Schema), window, limits, true),
+                    calico: Table::new(Arc::new(calico), window, limits, config.calico_installed),
+                    events: VecDeque::new(),
+                    limits,
                     objects: BTreeMap::new(),
                 }),
-                policies: Policies::default(),
+                policies: Policies::new(window, limits),
                 calico,
             }),
         }
@@ -166,6 +170,11 @@ impl Store {
         let mut state = self.state();
         let state = &mut *state;
         f(&mut state.rv, &mut state.objects)
+    }
+
+    /// The bounds on what clients can make the store hold.
+    pub(crate) fn limits(&self) -> Limits {
+        self.state().limits
     }
 
     /// Runs `f` on Tier table `id` and the resourceVersion counter, under the store's lock;
@@ -383,7 +392,11 @@ impl Store {
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
-        state.events.push((api, obj.clone()));
+        check_size(&obj, state.limits.max_object_bytes)?;
+        while state.events.len() >= state.limits.max_events.max(1) {
+            state.events.pop_front();
+        }
+        state.events.push_back((api, obj.clone()));
         Ok(obj)
     }
 
@@ -396,24 +409,25 @@ impl Store {
         patch: &Value,
     ) -> Result<Value, StatusError> {
         let mut state = self.state();
+        let limit = state.limits.max_object_bytes;
         let Some(index) = find_event(&state, api, namespace, name) else {
             return Err(StatusError::not_found(api.resource(), name));
         };
-        state.rv += 1;
-        let rv = state.rv;
-        let Some((_, event)) = state.events.get_mut(index) else {
+        let Some((_, stored)) = state.events.get(index) else {
             return Err(StatusError::not_found(api.resource(), name));
         };
+        let mut event = stored.clone();
         let (uid, created) = (
             event.pointer("/metadata/uid").cloned(),
             event.pointer("/metadata/creationTimestamp").cloned(),
         );
-        crate::patch::merge_patch(event, patch);
+        crate::patch::merge_patch(&mut event, patch);
         if let Some(map) = event.as_object_mut() {
             map.insert("apiVersion".into(), json!(api.api_version()));
             map.insert("kind".into(), json!("Event"));
         }
-        if let Some(meta) = metadata_mut(event) {
+        let rv = state.rv + 1;
+        if let Some(meta) = metadata_mut(&mut event) {
             meta.insert("name".into(), json!(name));
             meta.insert("namespace".into(), json!(namespace));
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -424,7 +438,12 @@ impl Store {
                 meta.insert("creationTimestamp".into(), created);
             }
         }
-        Ok(event.clone())
+        check_size(&event, limit)?;
+        state.rv = rv;
+        if let Some(slot) = state.events.get_mut(index) {
+            slot.1 = event.clone();
+        }
+        Ok(event)
     }
 
     /// One recorded Event, if present.
@@ -652,7 +671,88 @@ mod tests {
     use crate::util::object_uid;
 
     fn new_store(window: usize) -> Store {
-        Store::new(window, CalicoApi::V3, true)
+        Store::new(
+            &ServerConfig::default()
+                .watch_window(window)
+                .calico(CalicoApi::V3),
+        )
+    }
+
+    #[test]
+    fn tables_and_events_are_bounded() {
+        let limits = crate::config::Limits {
+            max_objects: 2,
+            max_events: 2,
+            ..Default::default()
+        };
+        let store = Store::new(&ServerConfig::default().limits(limits).calico(CalicoApi::V3));
+        store.create(tier("a", 1, None)).unwrap();
+        store.create(tier("b", 2, None)).unwrap();
+        let full = store.create(tier("c", 3, None)).unwrap_err();
+        assert_eq!(full.code, 500);
+        assert!(
+            full.message.contains("at most 2 tiers.crd.antrea.io"),
+            "{full:?}"
+        );
+        assert_eq!(store.put_raw(tier("c", 3, None)).unwrap_err().code, 500);
+        // Replacing is not growing; the other table has its own room.
+        assert!(store.put_raw(tier("b", 4, None)).is_ok());
+        store.calico().create_builtins().unwrap_err();
+        assert_eq!(store.calico().list().len(), 2);
+        store.delete("a").unwrap();
+        store.create(tier("c", 3, None)).unwrap();
+        for name in ["e1", "e2", "e3"] {
+            store
+                .create_event(
+                    EventsApi::CoreV1,
+                    "default",
+                    json!({"metadata": {"name": name}}),
+                )
+                .unwrap();
+        }
+        let names: Vec<_> = store
+            .events()
+            .iter()
+            .map(|e| e["metadata"]["name"].clone())
+            .collect();
+        assert_eq!(names, ["e2", "e3"]);
+    }
+
+    #[test]
+    fn objects_cannot_grow_past_the_size_bound() {
+        let limits = crate::config::Limits {
+            max_object_bytes: 1000,
+            ..Default::default()
+        };
+        let store = Store::new(&ServerConfig::default().limits(limits));
+        store.create(tier("a", 1, None)).unwrap();
+        let grown = store
+            .modify("a", |t| {
+                t["metadata"]["labels"] = json!({"x": "y".repeat(1000)})
+            })
+            .unwrap_err();
+        assert_eq!(
+            (grown.code, grown.reason.as_str()),
+            (413, "RequestEntityTooLarge")
+        );
+        assert!(store.get("a").unwrap()["metadata"].get("labels").is_none());
+        store
+            .create_event(
+                EventsApi::CoreV1,
+                "default",
+                json!({"metadata": {"name": "e"}}),
+            )
+            .unwrap();
+        let patched = store
+            .patch_event(
+                EventsApi::CoreV1,
+                "default",
+                "e",
+                &json!({"note": "n".repeat(1000)}),
+            )
+            .unwrap_err();
+        assert_eq!(patched.code, 413);
+        assert!(store.events()[0].get("note").is_none());
     }
 
     fn rv(obj: &Value) -> u64 {

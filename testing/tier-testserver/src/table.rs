@@ -12,11 +12,12 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::config::Limits;
 use crate::crd::Schema;
 use crate::history::{Change, ChangeType, Subscription, added};
 use crate::status::{ResourceName, StatusError};
 use crate::util::{
-    metadata_mut, new_uid, now_rfc3339, object_name, object_rv, object_uid, parse_rv,
+    check_size, metadata_mut, new_uid, now_rfc3339, object_name, object_rv, object_uid, parse_rv,
 };
 
 /// Capacity of the channel feeding a table's open watches; a watch that falls this far behind
@@ -41,11 +42,18 @@ pub(crate) struct Table {
     floor: u64,
     changes: broadcast::Sender<Arc<Change>>,
     installed: bool,
+    /// Most objects, largest object.
+    limits: Limits,
 }
 
 impl Table {
-    /// An empty table of `schema` retaining the last `window` changes.
-    pub(crate) fn new(schema: Arc<dyn Schema>, window: usize, installed: bool) -> Self {
+    /// An empty table of `schema` retaining the last `window` changes, within `limits`.
+    pub(crate) fn new(
+        schema: Arc<dyn Schema>,
+        window: usize,
+        limits: Limits,
+        installed: bool,
+    ) -> Self {
         Self {
             schema,
             objects: BTreeMap::new(),
@@ -54,6 +62,7 @@ impl Table {
             floor: 0,
             changes: broadcast::channel(WATCH_CHANNEL_CAPACITY).0,
             installed,
+            limits,
         }
     }
 
@@ -130,6 +139,7 @@ impl Table {
         if self.objects.contains_key(&name) {
             return Err(StatusError::already_exists(self.resource(), &name));
         }
+        self.check_room()?;
         let next = *rv + 1;
         if let Some(meta) = metadata_mut(&mut obj) {
             meta.insert("uid".into(), json!(new_uid()));
@@ -143,6 +153,7 @@ impl Table {
                 meta.insert("resourceVersion".into(), json!(next.to_string()));
             }
         }
+        check_size(&obj, self.limits.max_object_bytes)?;
         if dry_run {
             return Ok(obj);
         }
@@ -179,6 +190,7 @@ impl Table {
         if without_rv(&obj) == without_rv(&existing) {
             return Ok(existing);
         }
+        check_size(&obj, self.limits.max_object_bytes)?;
         if dry_run {
             return Ok(obj);
         }
@@ -251,8 +263,12 @@ impl Table {
         let name = object_name(&obj)
             .ok_or_else(|| StatusError::bad_request("put_raw needs metadata.name"))?
             .to_owned();
-        *rv += 1;
         let old = self.objects.get(&name).cloned();
+        if old.is_none() {
+            self.check_room()?;
+        }
+        check_size(&obj, self.limits.max_object_bytes)?;
+        *rv += 1;
         if let Some(meta) = metadata_mut(&mut obj) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
             meta.entry("uid").or_insert_with(|| json!(new_uid()));
@@ -331,6 +347,15 @@ impl Table {
             receiver,
             rv,
         })
+    }
+
+    /// 500 when one more object would exceed the bound.
+    fn check_room(&self) -> Result<(), StatusError> {
+        if self.objects.len() >= self.limits.max_objects {
+            Err(StatusError::full(self.resource(), self.limits.max_objects))
+        } else {
+            Ok(())
+        }
     }
 
     fn record_delete(&mut self, rv: &mut u64, mut obj: Value) -> Value {

@@ -3,7 +3,7 @@
 //! `timeoutSeconds`, [`drop_watches`](crate::TestApiServer::drop_watches) or server shutdown.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,6 +17,9 @@ use crate::history::{Change, Feed, Subscription};
 use crate::reply::{self, ResponseBody};
 use crate::status::StatusError;
 use crate::util::parse_rv;
+
+/// The longest a watch lasts, whatever `timeoutSeconds` asks.
+const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Chunks buffered between the watch task and the connection.
 const STREAM_BUFFER: usize = 256;
@@ -55,8 +58,10 @@ pub(crate) fn start(
             .param("timeoutSeconds")
             .and_then(|t| t.parse::<u64>().ok())
             .filter(|t| *t > 0)
-            .map_or(shared.config.default_watch_timeout, Duration::from_secs),
+            .map_or(shared.config.default_watch_timeout, Duration::from_secs)
+            .min(MAX_WATCH_TIMEOUT),
     };
+    let slot = OpenWatch::reserve(shared)?;
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
     let expired = feed.expirable()
         && shared
@@ -68,14 +73,14 @@ pub(crate) fn start(
         Err(StatusError::expired(format!(
             "too old resource version: {} ({})",
             from.unwrap_or(rv),
-            rv + 1
+            rv.saturating_add(1)
         )))
     } else {
         feed.subscribe(from, params.initial_events)
     };
     match subscription {
         Ok(subscription) => {
-            tokio::spawn(run(Arc::clone(shared), feed, subscription, params, sender));
+            tokio::spawn(run(slot, feed, subscription, params, sender));
         }
         Err(error) => {
             // The channel is empty, so this cannot fail for lack of room; dropping the
@@ -86,30 +91,51 @@ pub(crate) fn start(
     Ok(reply::stream(receiver))
 }
 
-/// Counts a watch as open while alive.
-struct OpenWatch<'a>(&'a AtomicUsize);
+/// A watch counted as open while alive; there are at most
+/// [`Limits::max_watches`](crate::config::Limits) at once.
+struct OpenWatch(Arc<Shared>);
 
-impl<'a> OpenWatch<'a> {
-    fn new(counter: &'a AtomicUsize) -> Self {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Self(counter)
+impl OpenWatch {
+    /// Counts one more open watch, or 429 TooManyRequests (`Retry-After: 1`) at the bound.
+    fn reserve(shared: &Arc<Shared>) -> Result<Self, StatusError> {
+        let max = shared.config.limits.max_watches;
+        shared
+            .open_watches
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| {
+                StatusError::new(
+                    429,
+                    "TooManyRequests",
+                    format!("too many open watches (at most {max}), please try again later"),
+                )
+                .with_retry_after(1)
+            })?;
+        Ok(Self(Arc::clone(shared)))
     }
 }
 
-impl Drop for OpenWatch<'_> {
+impl Drop for OpenWatch {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.open_watches.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 async fn run(
-    shared: Arc<Shared>,
+    slot: OpenWatch,
     feed: Arc<dyn Feed>,
     subscription: Subscription,
     params: WatchParams,
     sender: mpsc::Sender<Bytes>,
 ) {
-    let _open = OpenWatch::new(&shared.open_watches);
+    let shared = &slot.0;
+    // Every send waits at most until the deadline: a client that stops reading cannot hold
+    // the watch (and its slot) past its timeout.
+    let sink = Sink {
+        sender,
+        deadline: Instant::now() + params.timeout,
+    };
     let mut generation = shared.watch_generation.subscribe();
     generation.mark_unchanged();
     let mut shutdown = shared.shutdown.clone();
@@ -119,20 +145,15 @@ async fn run(
         rv,
     } = subscription;
     for change in &initial {
-        if !send_change(&sender, change, &params.scope).await {
+        if !sink.change(change, &params.scope).await {
             return;
         }
     }
     let (api_version, kind) = (feed.api_version(), feed.kind());
-    if params.initial_events
-        && sender
-            .send(bookmark(api_version, kind, rv, true))
-            .await
-            .is_err()
-    {
+    if params.initial_events && !sink.send(bookmark(api_version, kind, rv, true)).await {
         return;
     }
-    let deadline = tokio::time::sleep(params.timeout);
+    let deadline = tokio::time::sleep_until(sink.deadline);
     tokio::pin!(deadline);
     let mut ticker = params
         .bookmarks
@@ -144,23 +165,23 @@ async fn run(
             () = &mut deadline => break,
             _ = generation.changed() => break,
             () = crate::util::stopped(&mut shutdown) => break,
-            () = sender.closed() => break,
+            () = sink.sender.closed() => break,
             () = tick(&mut ticker) => {
                 let Ok((rv, pending)) = feed.sync_point(&mut receiver) else {
                     break;
                 };
                 for change in &pending {
-                    if !send_change(&sender, change, &params.scope).await {
+                    if !sink.change(change, &params.scope).await {
                         return;
                     }
                 }
-                if sender.send(bookmark(api_version, kind, rv, false)).await.is_err() {
+                if !sink.send(bookmark(api_version, kind, rv, false)).await {
                     return;
                 }
             }
             received = receiver.recv() => match received {
                 Ok(change) => {
-                    if !send_change(&sender, &change, &params.scope).await {
+                    if !sink.change(&change, &params.scope).await {
                         return;
                     }
                 }
@@ -204,15 +225,26 @@ impl Scope {
     }
 }
 
-/// Sends `change` if it lies in `scope`; false when the client is gone.
-async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, scope: &Scope) -> bool {
-    if !scope.matches(&change.object) {
-        return true;
+/// The stream's sending end, with the watch's deadline.
+struct Sink {
+    sender: mpsc::Sender<Bytes>,
+    deadline: Instant,
+}
+
+impl Sink {
+    /// Sends `chunk`; false when the client is gone or the deadline passed first.
+    async fn send(&self, chunk: Bytes) -> bool {
+        matches!(
+            tokio::time::timeout_at(self.deadline, self.sender.send(chunk)).await,
+            Ok(Ok(()))
+        )
     }
-    sender
-        .send(line(change.kind.as_str(), &change.object))
-        .await
-        .is_ok()
+
+    /// Sends `change` if it lies in `scope`; false as [`send`](Self::send).
+    async fn change(&self, change: &Change, scope: &Scope) -> bool {
+        !scope.matches(&change.object)
+            || self.send(line(change.kind.as_str(), &change.object)).await
+    }
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
