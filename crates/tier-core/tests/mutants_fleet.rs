@@ -387,3 +387,73 @@ fn an_update_is_never_held_for_a_joint_prediction() {
         .collect();
     assert_eq!(kinds, [("b", "create"), ("a", "update")]);
 }
+
+#[test]
+fn an_update_answered_during_a_create_hold_does_not_delay_the_probe() {
+    // Creates are refused (a create hold is on); baseline drifts and is corrected before the
+    // probe's next create is due: the probe still creates on time.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    put_desired(&mut world, "baseline");
+    let mut fleet = fleet(t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    for (id, _) in take_actions(&mut fleet, t0) {
+        fleet.handle_outcome(id, Err(refused("create")), t0);
+    }
+    let probe = fleet.create_probe().expect("a create hold");
+    let t1 = t0 + 100 * MS;
+    world.put("baseline", 253, "edited");
+    fleet.handle_snapshot(&world.snapshot(), t1);
+    let calls = step(&mut fleet, t1);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(matches!(calls[0].1, Action::Update { .. }));
+    fleet.handle_outcome(calls[0].0, world.perform(&calls[0].1), t1);
+    fleet.handle_snapshot(&world.snapshot(), t1);
+    // The probe's forbidden backoff (1 s, jittered) is over by t0 + 2 s.
+    let calls = step(&mut fleet, t0 + 2 * S);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].0, probe);
+}
+
+#[test]
+fn a_probe_asked_to_come_back_later_holds_the_others_at_most_the_outage_release() {
+    // Every create fails with 503 at once (an outage); the probe's answer asks it to come back
+    // in 60 s (`Retry-After`). The server is fine again at once: the others, due on their own
+    // short backoff, are released after `OUTAGE_RELEASE` (10 s), not after the probe's 60 s.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    // A backoff cap above the Retry-After, so the server's 60 s is what the probe waits.
+    let mut config = FleetConfig::default();
+    config.machine.backoff.cap = 60 * S;
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), config, t0).unwrap();
+    let calls = run(
+        &mut fleet,
+        &mut world,
+        t0,
+        t0 + 70 * S,
+        100 * MS,
+        |now, id, _| {
+            if now > t0 {
+                Fault::None
+            } else if id == 0 {
+                Fault::Fail(WriteError::transient("503").with_retry_after(60 * S))
+            } else {
+                Fault::Fail(WriteError::transient("503"))
+            }
+        },
+    );
+    assert!(fleet.is_converged(), "{:#?}", fleet.status());
+    let others = calls.iter().filter(|c| c.id != 0 && c.ok);
+    let last = others.map(|c| c.at).max().unwrap();
+    let brief: Vec<_> = calls
+        .iter()
+        .map(|c| (c.id, (c.at - t0).as_millis(), c.ok))
+        .collect();
+    assert!(last > t0 + 10 * S, "held first: {brief:?}");
+    assert!(last <= t0 + 11 * S, "released after 10 s: {calls:#?}");
+    let probe_retry = calls.iter().filter(|c| c.id == 0).nth(1).unwrap();
+    assert!(
+        probe_retry.at >= t0 + 60 * S,
+        "the server's Retry-After stands"
+    );
+}
