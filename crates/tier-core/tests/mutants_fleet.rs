@@ -457,3 +457,36 @@ fn a_probe_asked_to_come_back_later_holds_the_others_at_most_the_outage_release(
         "the server's Retry-After stands"
     );
 }
+
+#[test]
+fn a_joint_denial_waits_for_the_echo_of_the_create_it_depends_on() {
+    // 19 users' Tiers; desired a and b each fit, together they exceed Antrea's 20 distinct
+    // priorities. a's create is confirmed while the cache does not show it yet: b still waits
+    // (the server would deny it), and once the cache shows a, b is blocked, never denied.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    for p in 0..19 {
+        world.put(&format!("user-{p}"), p, "");
+    }
+    let desired = DesiredSet::new(
+        vec![TierSpec::new("a", 100, ""), TierSpec::new("b", 101, "")],
+        &Default::default(),
+    )
+    .unwrap();
+    let mut fleet = Fleet::new(&desired, FleetConfig::default(), t0).unwrap();
+    let lagging = world.snapshot();
+    fleet.handle_snapshot(&lagging, t0);
+    let calls = take_actions(&mut fleet, t0);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    fleet.handle_outcome(calls[0].0, world.perform(&calls[0].1), t0 + 100 * MS);
+    fleet.handle_snapshot(&lagging, t0 + 100 * MS);
+    assert!(
+        step(&mut fleet, t0 + 200 * MS).is_empty(),
+        "b waits for a's echo"
+    );
+    fleet.handle_snapshot(&world.snapshot(), t0 + 300 * MS);
+    assert!(step(&mut fleet, t0 + 300 * MS).is_empty());
+    let status = fleet.status();
+    assert!(matches!(status.tiers[1].state, TierState::Blocked { .. }));
+    assert_eq!(status.tiers[1].outcomes.failed(), 0);
+}
