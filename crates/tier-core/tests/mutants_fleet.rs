@@ -490,3 +490,42 @@ fn a_joint_denial_waits_for_the_echo_of_the_create_it_depends_on() {
     assert!(matches!(status.tiers[1].state, TierState::Blocked { .. }));
     assert_eq!(status.tiers[1].outcomes.failed(), 0);
 }
+
+/// The latest instant this platform's clock can represent, found by bisection.
+fn end_of_time() -> Instant {
+    let now = Instant::now();
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if now
+            .checked_add(std::time::Duration::from_secs(mid))
+            .is_some()
+        {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    now + std::time::Duration::from_secs(lo)
+}
+
+#[test]
+fn at_the_end_of_the_clock_a_timer_that_cannot_be_represented_still_waits() {
+    // Two hours before the clock's last instant, a write is confirmed and its echo wait is a
+    // day (the largest valid): the deadline cannot be represented, so it is put as late as
+    // can be in steps (about an hour here), never now (a hot loop) nor within minutes.
+    let t0 = end_of_time() - 2 * 3600 * S;
+    let mut config = FleetConfig::default();
+    config.machine.echo_timeout = tier_core::MAX_DURATION;
+    config.machine.backoff.cap = tier_core::MAX_DURATION;
+    let desired = DesiredSet::new(vec![TierSpec::new("a", 10, "")], &Default::default()).unwrap();
+    let mut fleet = Fleet::new(&desired, config, t0).unwrap();
+    fleet.handle_snapshot(&World::default().snapshot(), t0);
+    let calls = take_actions(&mut fleet, t0);
+    assert_eq!(calls.len(), 1);
+    fleet.handle_outcome(calls[0].0, Ok(()), t0);
+    let deadline = fleet.poll_timeout().unwrap();
+    let wait = deadline - t0;
+    assert!(wait >= 50 * 60 * S, "woken after {wait:?}");
+    assert!(step(&mut fleet, t0 + 49 * 60 * S).is_empty());
+}
