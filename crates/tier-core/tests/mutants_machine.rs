@@ -97,3 +97,40 @@ fn a_refusal_of_the_other_verb_starts_its_own_attempt_count() {
     let (retry, _) = next_call(&mut m, at, 60 * S).unwrap();
     assert!(retry - at <= S, "the first step: {:?}", retry - at);
 }
+
+#[test]
+fn an_unsynced_machine_is_not_ready_whatever_time_does() {
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(Observed::Unknown, 0, t0);
+    m.handle_timeout(t0 + 60 * S);
+    assert!(!m.is_ready(), "it would not call: nothing is known");
+    assert_eq!(m.poll_action(t0 + 60 * S), None);
+    assert_eq!(m.poll_timeout(), None);
+    m.handle_observation(Observed::Absent, 1, t0 + 61 * S);
+    assert!(m.is_ready());
+}
+
+#[test]
+fn only_an_echo_shortens_a_learned_echo_wait() {
+    // The cache lagged once: the echo wait is 6 s. A write is confirmed; a second later the
+    // cache lists again without showing it (another Tier changed): that is no echo, and the
+    // learned wait stays. The echo itself, 5 s after the write (more than half of 6 s), does
+    // not shorten it either.
+    let t0 = Instant::now();
+    let mut m = machine();
+    m.handle_observation(shows(11, "d", 1), 1, t0);
+    assert!(matches!(step(&mut m, t0), Some(Action::Update { .. })));
+    m.handle_outcome(Ok(()), t0);
+    let t1 = t0 + 3 * S;
+    let again = step(&mut m, t1).expect("the echo did not come: the write goes again");
+    assert!(matches!(again, Action::Update { .. }));
+    assert_eq!(m.echo_wait(), 6 * S);
+    m.handle_outcome(Ok(()), t1);
+    m.handle_observation(shows(11, "d", 1), 2, t1 + S);
+    assert_eq!(m.echo_wait(), 6 * S, "an unchanged Tier is no echo");
+    assert_eq!(m.poll_timeout(), Some(t1 + 6 * S));
+    m.handle_observation(shows(10, "d", 2), 3, t1 + 5 * S);
+    assert!(m.is_converged());
+    assert_eq!(m.echo_wait(), 6 * S);
+}
