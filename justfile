@@ -27,6 +27,10 @@ sim-numbers seeds="10000":
     cargo build --release -p tier-sim
     nice target/release/tier-sim --seeds {{seeds}} --numbers
 
+# Calico's worlds: tierd's fleet vs Calico's own EnsureInitialized on the same seeds.
+sim-calico seeds="1000":
+    cargo run -p tier-sim --release -- --controller calico --strategy all --seeds {{seeds}}
+
 # The worlds of issue 15 and its per-Tier invariants (liveness, write bound, fleet probe).
 sim-issue-15 seeds="100":
     cargo run -p tier-sim --release -- --seeds {{seeds}} --world issue-15

@@ -93,7 +93,7 @@ pub fn check_review(body: &[u8]) {
 /// Parses `text` as a Tiers file and checks the outcome: a valid non-empty set, or at least one
 /// problem, each naming an entry, a field or a rule.
 pub fn check_tiers_file(text: &str) {
-    match tier_bin::tiers_file::parse(text) {
+    match tierd::tiers_file::parse(text) {
         Ok(set) => assert!(!set.is_empty(), "an accepted Tiers file with no Tier"),
         Err(problems) => {
             assert!(

@@ -337,17 +337,45 @@ impl Tierd {
         controller_user: Option<&str>,
     ) -> Self {
         let mut command = Command::new(tierd_binary());
+        command.args(["run", "--webhook-listen", "127.0.0.1:0"]);
+        if let Some(user) = controller_user {
+            command.args(["--controller-user", user]);
+        }
+        let mut tierd = Self::spawn(command, kubeconfig, tls, extra);
+        tierd.probe_addr = tierd.until_serves(|addrs| addrs[1].is_some()).await[1].unwrap();
+        tierd
+    }
+
+    /// Starts `tierd run --controller calico` (no webhook port: `--webhook-listen ""`) with its
+    /// probe and metrics ports on 127.0.0.1:0 and `--log-format json <extra>` against
+    /// `cluster`; returns once both serve. [`addr`](Self::addr) stays unspecified.
+    pub async fn run_calico(cluster: &Cluster, extra: &[&str]) -> Self {
+        let mut command = Command::new(tierd_binary());
+        command.args(["run", "--controller", "calico", "--webhook-listen", ""]);
+        let mut tierd = Self::spawn(command, &cluster.kubeconfig.0, None, extra);
+        let [_, probe_addr, metrics_addr] = tierd
+            .until_serves(|addrs| addrs[1].is_some() && addrs[2].is_some())
+            .await;
+        tierd.probe_addr = probe_addr.unwrap();
+        tierd.metrics_addr = metrics_addr.unwrap();
+        tierd
+    }
+
+    /// Spawns `command` (`tierd run` and its controller's flags) with the probe and metrics
+    /// ports on 127.0.0.1:0, JSON logs read into [`logs`](Self::logs), `--kubeconfig
+    /// kubeconfig`, `extra` and, with `tls`, its files.
+    fn spawn(
+        mut command: Command,
+        kubeconfig: &std::path::Path,
+        tls: Option<&Tls>,
+        extra: &[&str],
+    ) -> Self {
         command
-            .args(["run", "--webhook-listen", "127.0.0.1:0"])
             .args(["--probe-listen", "127.0.0.1:0"])
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--log-format", "json"])
             .arg("--kubeconfig")
-            .arg(kubeconfig);
-        if let Some(user) = controller_user {
-            command.args(["--controller-user", user]);
-        }
-        command
+            .arg(kubeconfig)
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -389,7 +417,7 @@ impl Tierd {
             }
         });
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-        let mut tierd = Self {
+        Self {
             child,
             addr: unspecified,
             probe_addr: unspecified,
@@ -398,9 +426,7 @@ impl Tierd {
             logs,
             started,
             addrs: addr_rx,
-        };
-        tierd.probe_addr = tierd.until_serves(|addrs| addrs[1].is_some()).await[1].unwrap();
-        tierd
+        }
     }
 
     /// Waits (within [`PATIENCE`]) until all three ports serve and records their addresses.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tier_kube::calico::CalicoApi;
 
 /// Exit codes. `run`, `ensure`, `crd` and `demo` share 0/1/2; `plan` follows `kubectl diff`.
 pub mod exit {
@@ -112,7 +113,27 @@ pub struct ClusterArgs {
     #[arg(long, conflicts_with_all = ["kubeconfig", "context"])]
     pub in_cluster: bool,
 
-    /// A YAML file of desired Tiers replacing Antrea's six (validated before any API call).
+    /// Whose Tiers to ensure: Antrea's (`tiers.crd.antrea.io`, its six system Tiers by
+    /// default) or Calico's (`tiers.projectcalico.org`, its three built-in Tiers by default; no
+    /// Tier webhook, so the webhook's flags are refused).
+    #[arg(long, value_enum, value_name = "NAME", default_value_t = ControllerKind::Antrea, env = "TIERD_CONTROLLER")]
+    pub controller: ControllerKind,
+
+    /// With --controller calico: the group/version of Calico's Tier API,
+    /// `projectcalico.org/v3` (what current installs serve) or `crd.projectcalico.org/v1`
+    /// (the CRD storage, for clusters without the calico-apiserver).
+    #[arg(
+        long,
+        value_name = "GROUP/VERSION",
+        default_value = "projectcalico.org/v3",
+        value_parser = parse_calico_api,
+        env = "TIERD_CALICO_API"
+    )]
+    pub calico_api: CalicoApi,
+
+    /// A YAML file of desired Tiers replacing the controller's defaults, in its fields (Antrea:
+    /// name, priority, description; Calico: name, order, defaultAction), validated before any
+    /// API call.
     #[arg(long, value_name = "FILE", env = "TIERD_TIERS")]
     pub tiers: Option<PathBuf>,
 
@@ -131,6 +152,22 @@ pub struct ClusterArgs {
         env = "TIERD_FEATURE_GATES"
     )]
     pub feature_gates: FeatureGates,
+}
+
+/// The controllers whose Tiers tierd ensures (`--controller`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum ControllerKind {
+    /// Antrea's Tiers (`tiers.crd.antrea.io/v1beta1`).
+    #[default]
+    Antrea,
+    /// Calico's Tiers (`tiers.projectcalico.org/v3`, or `--calico-api`).
+    Calico,
+}
+
+/// Parses `--calico-api`.
+fn parse_calico_api(text: &str) -> Result<CalicoApi, String> {
+    text.parse()
+        .map_err(|e: tier_kube::calico::UnknownCalicoApi| e.to_string())
 }
 
 /// Antrea's feature gates that change which Tiers may exist, parsed from `--feature-gates`
@@ -196,18 +233,18 @@ pub struct RunArgs {
     #[command(flatten)]
     pub cluster: ClusterArgs,
 
-    /// Address of the webhook server (`POST /validate/tier`; TLS when --tls-cert is given).
-    /// Empty (`--webhook-listen ""`): no webhook port at all, for installs where no
-    /// ValidatingWebhookConfiguration calls tierd (beside Antrea).
+    /// Address of Antrea's Tier webhook server (`POST /validate/tier`; TLS when --tls-cert is
+    /// given); default 0.0.0.0:9443. Empty (`--webhook-listen ""`): no webhook port at all, for
+    /// installs where no ValidatingWebhookConfiguration calls tierd (beside Antrea). With
+    /// --controller calico there is no webhook: only "" is accepted.
     #[arg(
         long = "webhook-listen",
         alias = "listen",
         value_name = "ADDR",
-        default_value = "0.0.0.0:9443",
         value_parser = Listen::parse,
         env = "TIERD_WEBHOOK_LISTEN"
     )]
-    pub listen: Listen,
+    pub listen: Option<Listen>,
 
     /// Address of the probe server (`/livez`, `/readyz`; plain HTTP, for the kubelet).
     #[arg(
@@ -311,7 +348,8 @@ impl Listen {
         })
     }
 
-    /// The port, if listening.
+    /// The port, if listening (the tests compare it with the manifests' ports).
+    #[cfg(test)]
     pub fn port(self) -> Option<u16> {
         self.0.map(|addr| addr.port())
     }
@@ -461,6 +499,10 @@ pub enum Output {
 /// Flags of `tierd demo`.
 #[derive(Clone, Debug, Args)]
 pub struct DemoArgs {
+    /// Whose Tiers the demo ensures: Antrea's six or Calico's three built-in Tiers.
+    #[arg(long, value_enum, value_name = "NAME", default_value_t = ControllerKind::Antrea, env = "TIERD_CONTROLLER")]
+    pub controller: ControllerKind,
+
     /// Seed of the initializer's jitter (the same seed tells the same story).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -574,7 +616,13 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run");
         };
-        assert_eq!(args.listen.port(), Some(9443));
+        assert_eq!(args.listen, None);
+        assert_eq!(
+            <tier_core::Antrea as crate::controller::ControllerMode>::webhook_listen(&args)
+                .unwrap()
+                .map(|a| a.port()),
+            Some(9443)
+        );
         assert_eq!(args.probe_listen.port(), 8081);
         assert!(args.metrics_listen.ip().is_loopback());
         assert!(!args.metrics_auth);
@@ -584,7 +632,7 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run");
         };
-        assert_eq!(args.listen.port(), Some(1));
+        assert_eq!(args.listen.and_then(Listen::port), Some(1));
     }
 
     #[test]
@@ -593,12 +641,12 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not run");
         };
-        assert_eq!(args.listen, Listen(None));
+        assert_eq!(args.listen, Some(Listen(None)));
         let cli = Cli::try_parse_from(["tierd", "run", "--webhook-listen="]).unwrap();
         let Command::Run(args) = cli.command else {
             panic!("not run");
         };
-        assert_eq!(args.listen.port(), None);
+        assert_eq!(args.listen.and_then(Listen::port), None);
         let err = Cli::try_parse_from(["tierd", "run", "--webhook-listen", "nope"]).unwrap_err();
         assert_eq!(err.exit_code(), i32::from(exit::USAGE));
         assert!(err.to_string().contains("for no listener"), "{err}");

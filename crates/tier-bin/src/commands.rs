@@ -9,12 +9,14 @@
 
 use std::time::Duration;
 
-use tier_core::admission::AdmissionPolicy;
-use tier_core::{DesiredSet, DriverConfig, Mode, Status, Stopped, TierLister};
+use tier_core::{DriverConfig, Mode, Status, Stopped, TierLister};
 use tier_kube::{ClientOptions, WriterConfig};
 
 use crate::cli::{ClusterArgs, EnsureArgs, Output, PlanArgs, exit};
-use crate::{plan, signals, tiers_file};
+use crate::controller::ControllerMode;
+use tierd::tiers_file;
+
+use crate::{plan, signals};
 
 /// A command failed; each variant maps to an exit code.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,9 @@ pub enum CommandError {
     /// The `--tiers` file is unreadable or invalid (exit 2).
     #[error(transparent)]
     Tiers(#[from] tiers_file::TiersFileError),
+    /// Flags that make no sense for the selected controller (exit 2).
+    #[error("{0}")]
+    Flags(String),
     /// No client could be built from the kubeconfig, the context or the in-cluster
     /// configuration (exit 2: the configuration is input; no request was sent).
     #[error(transparent)]
@@ -80,6 +85,7 @@ impl CommandError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CommandError::Tiers(_)
+            | CommandError::Flags(_)
             | CommandError::Tls(_)
             | CommandError::Client(_)
             | CommandError::Config(_) => exit::USAGE,
@@ -109,15 +115,6 @@ fn pending(status: &Status, cache: Option<&str>) -> String {
     status.unconverged().map(|t| format!("\n  - {t}")).collect()
 }
 
-/// The desired set: the `--tiers` file, checked against the rules the `--feature-gates` select
-/// (a Tier at 220 with `ClusterNetworkPolicy=true` is an input error, exit 2), or Antrea's six.
-pub(crate) fn desired(args: &ClusterArgs) -> Result<DesiredSet, CommandError> {
-    let Some(path) = &args.tiers else {
-        return Ok(DesiredSet::antrea());
-    };
-    Ok(tiers_file::load_with(path, &args.feature_gates.rules())?)
-}
-
 /// The client options the flags select.
 pub(crate) fn client_options(args: &ClusterArgs) -> ClientOptions {
     ClientOptions {
@@ -144,7 +141,7 @@ pub(crate) fn writer_config(args: &ClusterArgs) -> WriterConfig {
 }
 
 /// `tierd crd`: the CRD as YAML.
-pub fn crd() -> Result<String, CommandError> {
+pub(crate) fn crd() -> Result<String, CommandError> {
     Ok(tier_kube::crd::crd_yaml()?)
 }
 
@@ -155,13 +152,13 @@ pub fn crd() -> Result<String, CommandError> {
 ///
 /// Invalid input, no client, or a Tier cache that did not sync within `--timeout`; `main` maps
 /// every error of `plan` to [`exit::PLAN_ERROR`].
-pub(crate) async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
-    let desired = desired(&args.cluster)?;
+pub(crate) async fn plan<C: ControllerMode>(args: &PlanArgs) -> Result<u8, CommandError> {
+    let desired = C::desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
     let client = tier_kube::client::client_from_config(config)?;
-    let lister = tierd::watch_tiers(&client)?;
+    let lister = C::watch_tiers(&client, &C::settings_from(&args.cluster))?;
     if tokio::time::timeout(args.timeout, lister.wait_synced())
         .await
         .is_err()
@@ -172,12 +169,12 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
             cache: lister.watch_stats().last_error,
         });
     }
-    // Creates are reviewed as Antrea's webhook would; the user matters only for updates, which
-    // plan does not predict.
-    let policy = AdmissionPolicy::antrea(String::new());
-    let records = plan::records(&desired, &lister.snapshot(), &policy);
+    // Creates are reviewed as the controller's admission would (Antrea's webhook for any user:
+    // the user matters only for updates, which plan does not predict).
+    let admission = C::default_admission();
+    let records = plan::records(&desired, &lister.snapshot(), admission.as_ref());
     let text = match args.output {
-        Output::Table => plan::table(&records),
+        Output::Table => plan::table::<C>(&records),
         Output::Json => plan::json(&records).map_err(|e| CommandError::Output(e.to_string()))?,
         Output::Yaml => plan::yaml(&records).map_err(|e| CommandError::Output(e.to_string()))?,
     };
@@ -190,14 +187,14 @@ pub(crate) async fn plan(args: &PlanArgs) -> Result<u8, CommandError> {
 }
 
 /// `tierd ensure`: converges every Tier once; with `--timeout`, gives up naming the laggards.
-pub(crate) async fn ensure(args: &EnsureArgs) -> Result<(), CommandError> {
-    let desired = desired(&args.cluster)?;
+pub(crate) async fn ensure<C: ControllerMode>(args: &EnsureArgs) -> Result<(), CommandError> {
+    let desired = C::desired(&args.cluster)?;
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
     let client = tier_kube::client::client_from_config(config.clone())?;
     let writer_client = tier_kube::client::writer_client(config)?;
-    let lister = tierd::watch_tiers(&client)?;
+    let lister = C::watch_tiers(&client, &C::settings_from(&args.cluster))?;
     let watch = lister.clone();
     let writer = lister.writer(writer_client, writer_config(&args.cluster));
     let ensurer =

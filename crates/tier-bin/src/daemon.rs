@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 
 use crate::cli::RunArgs;
 use crate::commands::{self, CommandError};
+use crate::controller::ControllerMode;
 use crate::signals;
 
 /// How often the TLS files are checked for a new certificate.
@@ -34,7 +35,7 @@ const CERT_POLL: Duration = Duration::from_secs(10);
 const DRAIN_LIMIT: Duration = Duration::from_millis(800);
 
 /// With `--self-signed-cert`: what to keep and the files to write the serving certificate to.
-fn self_signed(args: &RunArgs) -> Option<SelfSigned> {
+pub(crate) fn self_signed(args: &RunArgs) -> Option<SelfSigned> {
     let flags = &args.self_signed;
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
         return None;
@@ -71,27 +72,19 @@ fn cert_files(args: &RunArgs) -> Option<CertFiles> {
 }
 
 /// The assembly the flags select.
-fn assemble(
+fn assemble<C: ControllerMode>(
     args: &RunArgs,
     clients: Clients,
-    desired: DesiredSet,
-    self_signed: Option<SelfSigned>,
-) -> tierd::Builder {
-    let mut builder = Tierd::builder(clients, desired)
-        .rules(args.cluster.feature_gates.rules())
+    desired: DesiredSet<C>,
+) -> tierd::Builder<C> {
+    let builder = Tierd::builder(clients, desired)
         .writer_config(commands::writer_config(&args.cluster))
         .events(Events::Kubernetes {
             instance: args.pod_name.clone(),
         })
         .metrics_auth(args.metrics_auth)
         .ready_requires_tiers(args.ready_requires_tiers);
-    if let Some(user) = &args.controller_user {
-        builder = builder.controller_user(user);
-    }
-    if let Some(self_signed) = self_signed {
-        builder = builder.self_signed_cert(self_signed);
-    }
-    builder
+    C::configure(builder, args)
 }
 
 /// A finished server task's outcome.
@@ -110,8 +103,9 @@ fn ended(
 ///
 /// Invalid input (exit 2), a listener that cannot be bound or a server that failed (exit 1);
 /// never the API server.
-pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
-    let desired = commands::desired(&args.cluster)?;
+pub async fn run<C: ControllerMode>(args: &RunArgs) -> Result<(), CommandError> {
+    let desired = C::desired(&args.cluster)?;
+    let webhook_listen = C::webhook_listen(args)?;
     let clients = commands::clients(&args.cluster).await?;
     let self_signed = self_signed(args);
     // Given files are input: unreadable or invalid exits 2 now. Self-signed ones are written
@@ -125,8 +119,9 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         Some(ca) => Some(tier_server::ClientAuth::load(ca, args.client_names.clone()).await?),
         None => None,
     };
-    // `--webhook-listen ""`: no webhook port (beside Antrea nothing calls it).
-    let webhook_listener = match args.listen.0 {
+    // `--webhook-listen ""`: no webhook port (beside Antrea nothing calls it); none for a
+    // controller without a webhook.
+    let webhook_listener = match webhook_listen {
         Some(addr) => Some(tier_server::server::bind(addr).await?),
         None => None,
     };
@@ -139,7 +134,7 @@ pub async fn run(args: &RunArgs) -> Result<(), CommandError> {
         );
     }
     let waits_for_certificate = self_signed.is_some();
-    let tierd = assemble(args, clients, desired, self_signed).start()?;
+    let tierd = assemble(args, clients, desired).start()?;
 
     let shutdown = tierd.shutdown_signal().clone();
     let limits = args.http.limits();
@@ -215,9 +210,9 @@ struct Pending {
 
 /// Starts the webhook and metrics servers (TLS when certificates are given; the self-signed
 /// files are loaded now, once settled).
-async fn serve_webhook_and_metrics(
+async fn serve_webhook_and_metrics<C: tierd::Backend>(
     args: &RunArgs,
-    tierd: &Tierd,
+    tierd: &Tierd<C>,
     tls: &mut Option<Arc<CertReloader>>,
     served: &mut JoinSet<Result<(), CommandError>>,
     server: impl Fn(axum::Router, &'static str) -> Server,

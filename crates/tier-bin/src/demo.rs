@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tier_core::calico::{self, Calico, DefaultAction};
 use tier_core::{
-    DesiredSet, DriverConfig, EventReceiver, Mode, Snapshot, Status, Stopped, TierSpec, TierWriter,
-    WriteError,
+    Controller, DesiredSet, DesiredTier, DriverConfig, EventReceiver, Mode, Snapshot, Status,
+    Stopped, TierSpec, TierWriter, WriteError,
 };
 use tier_memory::{MemoryCluster, Verb, faults};
 use tokio::time::Instant;
@@ -31,8 +32,8 @@ const SQUATTER_REMOVED_AFTER: Duration = Duration::from_millis(1500);
 const DEMO_LIMIT: Duration = Duration::from_secs(30);
 
 /// What the demo achieved.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DemoOutcome {
+#[derive(Clone, Debug, PartialEq)]
+pub struct DemoOutcome<C: Controller = tier_core::Antrea> {
     /// Whether every Tier converged.
     pub converged: bool,
     /// How long it took.
@@ -42,7 +43,7 @@ pub struct DemoOutcome {
     /// Of those, how many failed.
     pub failed_writes: usize,
     /// The final Tiers, as stored.
-    pub final_tiers: Snapshot,
+    pub final_tiers: Snapshot<C>,
 }
 
 /// Prints timestamped lines to a shared sink; output errors (a closed pipe) are ignored.
@@ -82,30 +83,28 @@ struct Narrated<W> {
 }
 
 impl<W> Narrated<W> {
-    fn finish(&self, verb: &str, tier: &TierSpec, result: &Result<(), WriteError>) {
+    fn finish(&self, verb: &str, tier: &str, result: &Result<(), WriteError>) {
         match result {
-            Ok(()) => self
-                .narrator
-                .line(format!("  api: {verb} {} -> ok", tier.name)),
+            Ok(()) => self.narrator.line(format!("  api: {verb} {tier} -> ok")),
             Err(e) => self.narrator.line(format!(
-                "  api: {verb} {} -> {} error: {}",
-                tier.name, e.class, e.message
+                "  api: {verb} {tier} -> {} error: {}",
+                e.class, e.message
             )),
         }
     }
 }
 
 #[async_trait]
-impl<W: TierWriter> TierWriter for Narrated<W> {
-    async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
+impl<C: Controller, W: TierWriter<C>> TierWriter<C> for Narrated<W> {
+    async fn create(&self, tier: &C::Spec) -> Result<(), WriteError> {
         let result = self.inner.create(tier).await;
-        self.finish("create", tier, &result);
+        self.finish("create", tier.name(), &result);
         result
     }
 
-    async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
+    async fn update(&self, tier: &C::Spec, resource_version: &str) -> Result<(), WriteError> {
         let result = self.inner.update(tier, resource_version).await;
-        self.finish("update", tier, &result);
+        self.finish("update", tier.name(), &result);
         result
     }
 }
@@ -141,7 +140,143 @@ fn messy_cluster() -> MemoryCluster {
     cluster
 }
 
-/// Runs the demo, narrating to `narrator`.
+/// A controller's demo: its messy start, narrated while the real initializer fixes it.
+pub trait Demo {
+    /// Runs the demo, narrating to `narrator`; whether every Tier converged.
+    fn demo(seed: u64, narrator: &Narrator) -> impl std::future::Future<Output = bool> + Send;
+}
+
+impl Demo for tier_core::Antrea {
+    async fn demo(seed: u64, narrator: &Narrator) -> bool {
+        run(seed, narrator).await.converged
+    }
+}
+
+/// Runs the demo of controller `C`, narrating to `narrator`; whether every Tier converged.
+pub async fn converges<C: Demo>(seed: u64, narrator: &Narrator) -> bool {
+    C::demo(seed, narrator).await
+}
+
+impl Demo for Calico {
+    async fn demo(seed: u64, narrator: &Narrator) -> bool {
+        run_calico(seed, narrator).await.converged
+    }
+}
+
+/// A user's Calico Tier, which tierd must leave alone.
+const CALICO_USER_TIER: &str = "security";
+
+/// Calico's messy start: `default` right, `kube-admin` with the wrong default action and
+/// `kube-baseline` with the wrong order (left by an older install; Calico's own initializer
+/// never updates an existing Tier), a user's Tier, and a 503 on the first update.
+fn messy_calico_cluster() -> MemoryCluster<Calico> {
+    let tiers = [
+        calico::TierSpec::new(
+            calico::DEFAULT,
+            Some(calico::DEFAULT_ORDER),
+            DefaultAction::Deny,
+        ),
+        calico::TierSpec::new(
+            calico::KUBE_ADMIN,
+            Some(calico::KUBE_ADMIN_ORDER),
+            DefaultAction::Deny,
+        ),
+        calico::TierSpec::new(calico::KUBE_BASELINE, Some(5_000.0), DefaultAction::Pass),
+        calico::TierSpec::new(CALICO_USER_TIER, Some(100.0), DefaultAction::Pass),
+    ];
+    let cluster = tier_memory::ClusterBuilder::<Calico>::default()
+        .with_tiers(tiers)
+        .build();
+    cluster
+        .faults()
+        .fail_next(Verb::Update, 1)
+        .for_name(calico::KUBE_BASELINE)
+        .with(faults::unavailable());
+    cluster
+}
+
+/// Runs Calico's demo, narrating to `narrator`.
+pub async fn run_calico(seed: u64, narrator: &Narrator) -> DemoOutcome<Calico> {
+    let cluster = messy_calico_cluster();
+    let desired = DesiredSet::<Calico>::calico();
+    narrator.raw("tierd demo --controller calico: the real initializer against an in-memory cluster serving Calico's Tiers.\n\n");
+    narrator.raw("The cluster at the start, and what tierd has to do (DESIRED and OBSERVED are order/defaultAction):\n");
+    let start = Snapshot::synced(0, cluster.tiers().into_values());
+    narrator.raw(&indent(&plan::render(&desired, &start)));
+    narrator.raw(&format!(
+        "\nAlso present: the user's Tier {CALICO_USER_TIER:?}, which tierd must leave alone. \
+         Calico's own initializer creates missing built-ins but never corrects one. The API \
+         will fail the first update of kube-baseline (503).\n\n"
+    ));
+    let writer = Narrated {
+        inner: cluster.clone(),
+        narrator: narrator.clone(),
+    };
+    let config = DriverConfig {
+        seed: Some(seed),
+        ..DriverConfig::default()
+    };
+    let spawned = tier_runtime::spawn_with_events(
+        cluster.lister(),
+        writer,
+        desired.clone(),
+        config,
+        Mode::Once,
+    );
+    let (ensurer, events) = match spawned {
+        Ok(spawned) => spawned,
+        Err(error) => {
+            narrator.raw(&format!("\nNOT started: {error}\n"));
+            return DemoOutcome {
+                converged: false,
+                elapsed: Duration::ZERO,
+                writes: 0,
+                failed_writes: 0,
+                final_tiers: start,
+            };
+        }
+    };
+    let started = Instant::now();
+    let narrate_states = tokio::spawn(narrate_states(ensurer.status(), narrator.clone()));
+    let narrate_events = tokio::spawn(narrate_events(events, narrator.clone()));
+    let cancel = ensurer.cancellation();
+    let stopped = match tokio::time::timeout(DEMO_LIMIT, ensurer.join()).await {
+        Ok(stopped) => stopped,
+        Err(_) => {
+            cancel.cancel();
+            Stopped::Cancelled
+        }
+    };
+    let elapsed = started.elapsed();
+    let _ = narrate_states.await;
+    let _ = narrate_events.await;
+    let calls = cluster.calls();
+    let writes = calls.count(Verb::Create) + calls.count(Verb::Update);
+    let failed_writes = calls.failed(Verb::Create) + calls.failed(Verb::Update);
+    let final_tiers = Snapshot::synced(cluster.revision(), cluster.tiers().into_values());
+    let converged = stopped == Stopped::Converged;
+    narrator.raw("\nThe cluster at the end:\n");
+    narrator.raw(&indent(&plan::render(&desired, &final_tiers)));
+    narrator.raw(&format!(
+        "\n{} in {:.2}s with {writes} API writes ({failed_writes} failed and were retried); \
+         {CALICO_USER_TIER:?} was never written.\n",
+        if converged {
+            "Converged"
+        } else {
+            "NOT converged"
+        },
+        elapsed.as_secs_f64(),
+    ));
+    DemoOutcome {
+        converged,
+        elapsed,
+        writes,
+        failed_writes,
+        final_tiers,
+    }
+}
+
+/// Runs Antrea's demo, narrating to `narrator`.
 pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     let cluster = messy_cluster();
     let desired = DesiredSet::antrea();
@@ -279,24 +414,13 @@ mod tests {
 
     use super::*;
 
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buffer {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use super::tests_support::Buffer;
 
     #[tokio::test(start_paused = true)]
     async fn the_demo_converges_and_narrates() {
         let buffer = Buffer::default();
         let outcome = run(1, &Narrator::new(Box::new(buffer.clone()))).await;
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let text = buffer.text();
         assert!(outcome.converged, "{text}");
         assert!(
             outcome.elapsed >= SQUATTER_REMOVED_AFTER && outcome.elapsed < Duration::from_secs(3),
@@ -343,6 +467,61 @@ mod tests {
         for untouched in ["baseline", SQUATTER] {
             assert!(!text.contains(&format!("create {untouched} ->")), "{text}");
             assert!(!text.contains(&format!("update {untouched} ->")), "{text}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod calico_tests {
+    use super::tests_support::Buffer;
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_calico_demo_corrects_both_built_ins_and_leaves_the_users_tier() {
+        let buffer = Buffer::default();
+        let outcome = run_calico(1, &Narrator::new(Box::new(buffer.clone()))).await;
+        let text = buffer.text();
+        assert!(outcome.converged, "{text}");
+        for want in calico::built_ins() {
+            let tier = outcome.final_tiers.observe(&want.name);
+            let tier_core::Observed::Present(tier) = tier else {
+                panic!("{} missing\n{text}", want.name);
+            };
+            assert!(calico::in_sync(&want, &tier), "{tier:?}\n{text}");
+        }
+        assert!(
+            text.contains("event: corrected the order and default action of Tier kube-admin"),
+            "{text}"
+        );
+        assert_eq!((outcome.writes, outcome.failed_writes), (3, 1), "{text}");
+        assert!(
+            !text.contains(&format!("update {CALICO_USER_TIER} ->")),
+            "{text}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    use std::sync::{Arc, Mutex};
+
+    /// A shared sink the tests read back.
+    #[derive(Clone, Default)]
+    pub(super) struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl Buffer {
+        pub(super) fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
 }

@@ -30,11 +30,16 @@
 //! Updates are not predicted: whether a priority change is allowed depends on the user `ensure`
 //! runs as, which plan cannot know.
 
+use std::fmt;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 use tier_core::admission::{AdmissionPolicy, Request, review};
-use tier_core::{Decision, DesiredSet, Observed, Snapshot, decide};
+use tier_core::calico::{self, Calico, DefaultAction};
+use tier_core::{
+    Antrea, Controller, Decision, DesiredSet, DesiredTier, Observed, ObservedTier, Snapshot,
+    TierSpec, decide,
+};
 
 /// Who refuses a Tier write that breaks Antrea's admission rules.
 pub const ADMISSION: &str = "the Tier admission webhook (tiervalidator.antrea.io rules)";
@@ -84,15 +89,16 @@ pub struct Blocked {
     pub message: String,
 }
 
-/// One line of the plan: the stable record of `-o json` and `-o yaml`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Record {
+/// One line of the plan: the stable record of `-o json` and `-o yaml`, with the fields of the
+/// controller's Tier (`F`: Antrea's [`Fields`], Calico's [`CalicoFields`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Record<F = Fields> {
     /// The Tier's name.
     pub name: String,
     /// The desired fields.
-    pub desired: Fields,
+    pub desired: F,
     /// The observed fields; `None` (`null`) when the Tier is absent.
-    pub observed: Option<Fields>,
+    pub observed: Option<F>,
     /// What tierd would do.
     pub action: Action,
     /// Why, in words.
@@ -101,39 +107,221 @@ pub struct Record {
     pub blocked: Option<Blocked>,
 }
 
+/// What the plan knows of one controller's Tier: its fields as a record shows them, and who
+/// would refuse a create. One implementation per controller.
+pub trait Planned: Controller {
+    /// The fields tierd ensures, as a record shows them.
+    type Fields: Serialize + Clone + fmt::Debug + PartialEq;
+    /// The fields of a desired Tier.
+    fn desired_fields(spec: &Self::Spec) -> Self::Fields;
+    /// The fields of an observed Tier.
+    fn observed_fields(observed: &Self::Observed) -> Self::Fields;
+    /// Every field that differs: its name and, in words, what it is and should be.
+    fn differences(desired: &Self::Fields, observed: &Self::Fields) -> Vec<(&'static str, String)>;
+    /// The table's DESIRED and OBSERVED cell.
+    fn cell(fields: &Self::Fields) -> String;
+    /// Why the controller's admission would refuse creating `spec` in `snapshot` (the reason
+    /// in words, and the refusal), if it would.
+    fn refusal(
+        admission: &Self::Admission,
+        spec: &Self::Spec,
+        snapshot: &Snapshot<Self>,
+    ) -> Option<(String, Blocked)>;
+}
+
+impl Planned for Antrea {
+    type Fields = Fields;
+
+    fn desired_fields(spec: &TierSpec) -> Fields {
+        Fields {
+            priority: spec.priority,
+            description: spec.description.clone(),
+        }
+    }
+
+    fn observed_fields(observed: &ObservedTier) -> Fields {
+        Fields {
+            priority: observed.priority,
+            description: observed.description.clone(),
+        }
+    }
+
+    fn differences(desired: &Fields, observed: &Fields) -> Vec<(&'static str, String)> {
+        let mut what = Vec::new();
+        if desired.priority != observed.priority {
+            what.push((
+                "priority",
+                format!(
+                    "priority is {}, want {}",
+                    observed.priority, desired.priority
+                ),
+            ));
+        }
+        if desired.description != observed.description {
+            what.push((
+                "description",
+                format!(
+                    "description is {:?}, want {:?}",
+                    observed.description, desired.description
+                ),
+            ));
+        }
+        what
+    }
+
+    fn cell(fields: &Fields) -> String {
+        fields.priority.to_string()
+    }
+
+    fn refusal(
+        policy: &AdmissionPolicy,
+        tier: &TierSpec,
+        snapshot: &Snapshot,
+    ) -> Option<(String, Blocked)> {
+        let existing: Vec<(&str, i64)> = snapshot
+            .tiers
+            .as_deref()
+            .map(|tiers| {
+                tiers
+                    .values()
+                    .map(|t| (t.name.as_str(), t.priority))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let request = Request::Create {
+            name: &tier.name,
+            priority: tier.priority,
+        };
+        let denial = review(policy, &request, existing.iter().copied()).err()?;
+        let holders: Vec<&str> = existing
+            .iter()
+            .filter(|(_, p)| *p == tier.priority)
+            .map(|(n, _)| *n)
+            .collect();
+        let mut reason = format!("would be refused by {ADMISSION}: {denial}");
+        if !holders.is_empty() {
+            let _ = write!(
+                reason,
+                " ({holders} holds priority {p}: move {holders} to another priority, or give {name} \
+                 another one)",
+                holders = holders.join(", "),
+                p = tier.priority,
+                name = tier.name
+            );
+        }
+        let blocked = Blocked {
+            by: ADMISSION.to_owned(),
+            message: denial.to_string(),
+        };
+        Some((reason, blocked))
+    }
+}
+
+/// Who refuses a Calico Tier write that breaks its API's rules.
+pub const CALICO_ADMISSION: &str = "Calico's Tier API (projectcalico.org validation)";
+
+/// A Calico Tier's fields, desired or observed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CalicoFields {
+    /// The order; `null` means last.
+    pub order: Option<f64>,
+    /// `Deny` or `Pass`.
+    pub default_action: DefaultAction,
+}
+
+impl Planned for Calico {
+    type Fields = CalicoFields;
+
+    fn desired_fields(spec: &calico::TierSpec) -> CalicoFields {
+        CalicoFields {
+            order: spec.order,
+            default_action: spec.default_action,
+        }
+    }
+
+    fn observed_fields(observed: &calico::ObservedTier) -> CalicoFields {
+        CalicoFields {
+            order: observed.order,
+            default_action: observed.default_action,
+        }
+    }
+
+    fn differences(desired: &CalicoFields, observed: &CalicoFields) -> Vec<(&'static str, String)> {
+        let mut what = Vec::new();
+        if desired.order != observed.order {
+            what.push((
+                "order",
+                format!(
+                    "order is {}, want {}",
+                    order_cell(observed.order),
+                    order_cell(desired.order)
+                ),
+            ));
+        }
+        if desired.default_action != observed.default_action {
+            what.push((
+                "defaultAction",
+                format!(
+                    "defaultAction is {}, want {}",
+                    observed.default_action, desired.default_action
+                ),
+            ));
+        }
+        what
+    }
+
+    fn cell(fields: &CalicoFields) -> String {
+        format!("{}/{}", order_cell(fields.order), fields.default_action)
+    }
+
+    fn refusal(
+        admission: &calico::Admission,
+        spec: &calico::TierSpec,
+        snapshot: &Snapshot<Calico>,
+    ) -> Option<(String, Blocked)> {
+        let blocker = Calico::predict(admission, spec, snapshot)?;
+        let reason = format!("would be refused by {CALICO_ADMISSION}: {}", blocker.reason);
+        Some((
+            reason,
+            Blocked {
+                by: CALICO_ADMISSION.to_owned(),
+                message: blocker.reason,
+            },
+        ))
+    }
+}
+
+/// An order as the table shows it: the number, or `last` when absent.
+fn order_cell(order: Option<f64>) -> String {
+    order.map_or_else(|| "last".to_owned(), |o| o.to_string())
+}
+
 /// Computes the plan of `desired` against `snapshot` (synced, or every action is
-/// [`Action::Unknown`]), predicting refusals of creates with `policy`.
-pub fn records(desired: &DesiredSet, snapshot: &Snapshot, policy: &AdmissionPolicy) -> Vec<Record> {
-    let existing: Vec<(&str, i64)> = snapshot
-        .tiers
-        .as_deref()
-        .map(|tiers| {
-            tiers
-                .values()
-                .map(|t| (t.name.as_str(), t.priority))
-                .collect()
-        })
-        .unwrap_or_default();
+/// [`Action::Unknown`]), predicting refusals of creates with `admission` (none without).
+pub fn records<C: Planned>(
+    desired: &DesiredSet<C>,
+    snapshot: &Snapshot<C>,
+    admission: Option<&C::Admission>,
+) -> Vec<Record<C::Fields>> {
     desired
         .tiers()
         .iter()
         .map(|tier| {
-            let observed = snapshot.observe(&tier.name);
+            let observed = snapshot.observe(tier.name());
             let fields = match &observed {
-                Observed::Present(o) => Some(Fields {
-                    priority: o.priority,
-                    description: o.description.clone(),
-                }),
+                Observed::Present(o) => Some(C::observed_fields(o)),
                 _ => None,
             };
-            let desired_fields = Fields {
-                priority: tier.priority,
-                description: tier.description.clone(),
-            };
+            let desired_fields = C::desired_fields(tier);
             let (action, reason, blocked) = match (decide(tier, &observed), &fields) {
                 (Decision::InSync, _) => (Action::None, "in sync".to_owned(), None),
                 (Decision::Update { .. }, Some(o)) => {
-                    (Action::Update, differences(&desired_fields, o), None)
+                    let what: Vec<String> = C::differences(&desired_fields, o)
+                        .into_iter()
+                        .map(|(_, words)| words)
+                        .collect();
+                    (Action::Update, what.join("; "), None)
                 }
                 (Decision::WaitForSync, _) => (
                     Action::Unknown,
@@ -142,40 +330,14 @@ pub fn records(desired: &DesiredSet, snapshot: &Snapshot, policy: &AdmissionPoli
                 ),
                 // Absent: a create, unless the admission rules would refuse it.
                 (Decision::Create | Decision::Update { .. }, _) => {
-                    let request = Request::Create {
-                        name: &tier.name,
-                        priority: tier.priority,
-                    };
-                    match review(policy, &request, existing.iter().copied()) {
-                        Ok(()) => (Action::Create, "missing".to_owned(), None),
-                        Err(denial) => {
-                            let holders: Vec<&str> = existing
-                                .iter()
-                                .filter(|(_, p)| *p == tier.priority)
-                                .map(|(n, _)| *n)
-                                .collect();
-                            let mut reason = format!("would be refused by {ADMISSION}: {denial}");
-                            if !holders.is_empty() {
-                                let _ = write!(
-                                    reason,
-                                    " ({holders} holds priority {p}: move {holders} to another \
-                                     priority, or give {name} another one)",
-                                    holders = holders.join(", "),
-                                    p = tier.priority,
-                                    name = tier.name
-                                );
-                            }
-                            let blocked = Blocked {
-                                by: ADMISSION.to_owned(),
-                                message: denial.to_string(),
-                            };
-                            (Action::Create, reason, Some(blocked))
-                        }
+                    match admission.and_then(|a| C::refusal(a, tier, snapshot)) {
+                        None => (Action::Create, "missing".to_owned(), None),
+                        Some((reason, blocked)) => (Action::Create, reason, Some(blocked)),
                     }
                 }
             };
             Record {
-                name: tier.name.clone(),
+                name: tier.name().to_owned(),
                 desired: desired_fields,
                 observed: fields,
                 action,
@@ -186,40 +348,20 @@ pub fn records(desired: &DesiredSet, snapshot: &Snapshot, policy: &AdmissionPoli
         .collect()
 }
 
-/// The table of `desired` against `snapshot`, refusals predicted with Antrea's rules.
-pub fn render(desired: &DesiredSet, snapshot: &Snapshot) -> String {
-    table(&records(
-        desired,
-        snapshot,
-        &AdmissionPolicy::antrea(String::new()),
-    ))
-}
-
-/// Which fields differ, in words.
-fn differences(desired: &Fields, observed: &Fields) -> String {
-    let mut what = Vec::new();
-    if desired.priority != observed.priority {
-        what.push(format!(
-            "priority is {}, want {}",
-            observed.priority, desired.priority
-        ));
-    }
-    if desired.description != observed.description {
-        what.push(format!(
-            "description is {:?}, want {:?}",
-            observed.description, desired.description
-        ));
-    }
-    what.join("; ")
+/// The table of `desired` against `snapshot`, refusals predicted with the controller's default
+/// admission (Antrea's rules for any user: plan predicts creates only).
+pub fn render<C: Planned>(desired: &DesiredSet<C>, snapshot: &Snapshot<C>) -> String {
+    let admission = C::default_admission();
+    table::<C>(&records(desired, snapshot, admission.as_ref()))
 }
 
 /// Whether every record is in sync.
-pub fn in_sync(records: &[Record]) -> bool {
+pub fn in_sync<F>(records: &[Record<F>]) -> bool {
     records.iter().all(|r| r.action == Action::None)
 }
 
 /// Renders records as an aligned text table.
-pub fn table(records: &[Record]) -> String {
+pub fn table<C: Planned>(records: &[Record<C::Fields>]) -> String {
     let mut out = String::new();
     let width = records
         .iter()
@@ -227,28 +369,32 @@ pub fn table(records: &[Record]) -> String {
         .max()
         .unwrap_or(4)
         .max(4);
+    let cells: Vec<(String, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                C::cell(&r.desired),
+                r.observed.as_ref().map_or_else(|| "-".to_owned(), C::cell),
+            )
+        })
+        .collect();
+    let desired_width = cells.iter().map(|c| c.0.len()).max().unwrap_or(0).max(7);
+    let observed_width = cells.iter().map(|c| c.1.len()).max().unwrap_or(0).max(8);
     let _ = writeln!(
         out,
-        "{:<width$}  {:>7}  {:>8}  ACTION",
+        "{:<width$}  {:>desired_width$}  {:>observed_width$}  ACTION",
         "NAME", "DESIRED", "OBSERVED"
     );
-    for record in records {
-        let observed = record
-            .observed
-            .as_ref()
-            .map_or_else(|| "-".to_owned(), |o| o.priority.to_string());
+    for (record, (desired, observed)) in records.iter().zip(cells) {
         let action = match (record.action, &record.observed, &record.blocked) {
             (Action::None, _, _) => "none (in sync)".to_owned(),
             (Action::Create, _, None) => "create".to_owned(),
             (action, _, Some(_)) => format!("{} {}", action.as_str(), record.reason),
             (Action::Update, Some(o), None) => {
-                let mut what = Vec::new();
-                if o.priority != record.desired.priority {
-                    what.push("priority");
-                }
-                if o.description != record.desired.description {
-                    what.push("description");
-                }
+                let what: Vec<&str> = C::differences(&record.desired, o)
+                    .into_iter()
+                    .map(|(field, _)| field)
+                    .collect();
                 format!("update {}", what.join(" and "))
             }
             (Action::Update, None, None) => "update".to_owned(),
@@ -256,8 +402,8 @@ pub fn table(records: &[Record]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<width$}  {:>7}  {:>8}  {action}",
-            record.name, record.desired.priority, observed
+            "{:<width$}  {desired:>desired_width$}  {observed:>observed_width$}  {action}",
+            record.name
         );
     }
     out
@@ -268,7 +414,7 @@ pub fn table(records: &[Record]) -> String {
 /// # Errors
 ///
 /// Never in practice: the records hold only strings and integers.
-pub fn json(records: &[Record]) -> Result<String, serde_json::Error> {
+pub fn json<F: Serialize>(records: &[Record<F>]) -> Result<String, serde_json::Error> {
     let mut text = serde_json::to_string_pretty(records)?;
     text.push('\n');
     Ok(text)
@@ -279,14 +425,12 @@ pub fn json(records: &[Record]) -> Result<String, serde_json::Error> {
 /// # Errors
 ///
 /// Never in practice: the records hold only strings and integers.
-pub fn yaml(records: &[Record]) -> Result<String, serde_yaml::Error> {
+pub fn yaml<F: Serialize>(records: &[Record<F>]) -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(records)
 }
 
 #[cfg(test)]
 mod tests {
-    use tier_core::ObservedTier;
-
     use super::*;
 
     const USER: &str = "system:serviceaccount:kube-system:tierd";
@@ -316,7 +460,7 @@ mod tests {
         records(
             &desired,
             &Snapshot::synced(1, tiers),
-            &AdmissionPolicy::antrea(USER),
+            Some(&AdmissionPolicy::antrea(USER)),
         )
     }
 
@@ -324,7 +468,7 @@ mod tests {
     fn plans_and_renders_a_table() {
         let records = drifted();
         assert!(!in_sync(&records));
-        let table = table(&records);
+        let table = table::<Antrea>(&records);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(
             lines,
@@ -393,11 +537,11 @@ mod tests {
         let records = records(
             &DesiredSet::antrea(),
             &Snapshot::default(),
-            &AdmissionPolicy::antrea(USER),
+            Some(&AdmissionPolicy::antrea(USER)),
         );
         assert!(records.iter().all(|r| r.action == Action::Unknown));
         assert!(!in_sync(&records));
-        assert!(table(&records).contains("unknown (cache not synced)"));
+        assert!(table::<Antrea>(&records).contains("unknown (cache not synced)"));
     }
 
     #[test]
@@ -411,7 +555,7 @@ mod tests {
         let records = records(
             &desired,
             &Snapshot::synced(1, full),
-            &AdmissionPolicy::antrea(USER),
+            Some(&AdmissionPolicy::antrea(USER)),
         );
         assert_eq!(
             records[0].blocked.as_ref().map(|b| b.message.as_str()),

@@ -36,7 +36,8 @@ use tracing::Instrument;
 
 use tokio::sync::mpsc;
 
-use crate::admission::AdmissionPolicy;
+use crate::antrea::Antrea;
+use crate::controller::{Controller, DesiredTier};
 use crate::error::WriteError;
 use crate::fleet::{Fleet, FleetConfig, TierId};
 use crate::machine::{Action, ConfigError, MachineConfig, TierEvent, TierState, TierStatus};
@@ -64,7 +65,7 @@ pub enum Stopped {
 
 /// Configuration of a [`Driver`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DriverConfig {
+pub struct DriverConfig<C: Controller = Antrea> {
     /// Timing of every per-Tier machine.
     pub machine: MachineConfig,
     /// The longest a single write may take before it counts as a transient failure (default
@@ -75,11 +76,11 @@ pub struct DriverConfig {
     /// not retry in lockstep; set it only for reproducible tests and simulations.
     pub seed: Option<u64>,
     /// The admission rules used to predict denials from the observed set (see
-    /// [`FleetConfig::admission`]); Antrea's by default.
-    pub admission: Option<AdmissionPolicy>,
+    /// [`FleetConfig::admission`]); the controller's by default.
+    pub admission: Option<C::Admission>,
 }
 
-impl DriverConfig {
+impl<C: Controller> DriverConfig<C> {
     /// Checks every field: the machine's (see [`MachineConfig::validate`]) and `call_timeout`
     /// between 1 ms and [`MAX_DURATION`](crate::machine::MAX_DURATION).
     ///
@@ -97,9 +98,9 @@ impl DriverConfig {
     }
 }
 
-impl Default for DriverConfig {
+impl<C: Controller> Default for DriverConfig<C> {
     fn default() -> Self {
-        let fleet = FleetConfig::default();
+        let fleet = FleetConfig::<C>::default();
         Self {
             machine: fleet.machine,
             call_timeout: Duration::from_secs(30),
@@ -121,19 +122,19 @@ pub fn entropy_seed() -> u64 {
 /// The receiving end of a driver's event stream: every [`TierEvent`], in order, none lost.
 pub type EventReceiver = mpsc::UnboundedReceiver<TierEvent>;
 
-/// Drives the fleet of a desired set against a lister, a writer and a clock.
+/// Drives the fleet of a desired set of controller `C` against a lister, a writer and a clock.
 #[derive(Debug)]
-pub struct Driver<L, W, C> {
+pub struct Driver<L, W, Clk, C: Controller = Antrea> {
     lister: L,
     writer: W,
-    clock: C,
-    fleet: Fleet,
+    clock: Clk,
+    fleet: Fleet<C>,
     call_timeout: Duration,
     status: watch::Sender<Status>,
     events: Option<mpsc::UnboundedSender<TierEvent>>,
 }
 
-impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
+impl<L: TierLister<C>, W: TierWriter<C>, Clk: Clock, C: Controller> Driver<L, W, Clk, C> {
     /// A driver for `desired`. Nothing happens until [`run`](Self::run). The jitter seed is
     /// `config.seed`, or drawn from OS entropy when `None`.
     ///
@@ -144,9 +145,9 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
     pub fn new(
         lister: L,
         writer: W,
-        clock: C,
-        desired: DesiredSet,
-        config: DriverConfig,
+        clock: Clk,
+        desired: DesiredSet<C>,
+        config: DriverConfig<C>,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
         let fleet_config = FleetConfig {
@@ -242,14 +243,14 @@ impl<L: TierLister, W: TierWriter, C: Clock> Driver<L, W, C> {
 }
 
 /// Performs one action, bounded by `timeout` on `clock`, inside a span naming the Tier.
-async fn perform<W: TierWriter, C: Clock>(
+async fn perform<W: TierWriter<C>, Clk: Clock, C: Controller>(
     writer: &W,
-    clock: &C,
+    clock: &Clk,
     timeout: Duration,
     id: TierId,
-    action: Action,
+    action: Action<C>,
 ) -> (TierId, Result<(), WriteError>) {
-    let span = tracing::info_span!("tier", name = %action.tier().name, verb = action.verb());
+    let span = tracing::info_span!("tier", name = %action.tier().name(), verb = action.verb());
     let deadline = crate::fleet::saturating_add(clock.now(), timeout);
     let call = async {
         match &action {
@@ -295,7 +296,7 @@ impl<'a> Published<'a> {
         }
     }
 
-    fn publish(&mut self, fleet: &mut Fleet) {
+    fn publish<C: Controller>(&mut self, fleet: &mut Fleet<C>) {
         while let Some(event) = fleet.poll_event() {
             if event.is_warning() {
                 tracing::warn!(tier = event.tier(), "{event}");

@@ -3,14 +3,13 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::admission::{self, AdmissionPolicy, Request};
+use crate::antrea::Antrea;
 use crate::backoff::Backoff;
+use crate::controller::{Controller, DesiredTier};
 use crate::error::{ErrorClass, WriteError};
-use crate::machine::{
-    Action, Blocker, ConfigError, MachineConfig, TierEvent, TierMachine, WriteKind,
-};
+use crate::machine::{Action, ConfigError, MachineConfig, TierEvent, TierMachine, WriteKind};
 use crate::observe::{Generation, Snapshot};
-use crate::spec::{DesiredSet, TierSpec};
+use crate::spec::DesiredSet;
 use crate::status::Status;
 
 /// Which machine of a fleet an action or outcome belongs to: its index in the desired set.
@@ -18,21 +17,22 @@ pub type TierId = usize;
 
 /// Configuration of a [`Fleet`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FleetConfig {
+pub struct FleetConfig<C: Controller = Antrea> {
     /// Timing of every per-Tier machine.
     pub machine: MachineConfig,
     /// The admission rules the server applies to creates, used to predict denials from the
-    /// observed set; `None` predicts nothing (every create is sent). Default: Antrea's.
-    pub admission: Option<AdmissionPolicy>,
+    /// observed set; `None` predicts nothing (every create is sent). Default: the controller's
+    /// ([`Controller::default_admission`]).
+    pub admission: Option<C::Admission>,
     /// Seed of the jitter; each Tier's machine derives its own from it.
     pub seed: u64,
 }
 
-impl Default for FleetConfig {
+impl<C: Controller> Default for FleetConfig<C> {
     fn default() -> Self {
         Self {
             machine: MachineConfig::default(),
-            admission: Some(AdmissionPolicy::antrea(String::new())),
+            admission: C::default_admission(),
             seed: 0,
         }
     }
@@ -88,7 +88,7 @@ struct Hold {
 ///
 /// A [`Fleet`] is to [`TierMachine`] what quinn-proto's `Endpoint` is to its `Connection`: it
 /// fans a [`Snapshot`] out to the machines, predicts from the observed set which creates the
-/// admission rules would deny (calling [`admission::review`], the one copy of those rules) and
+/// admission rules would deny (calling the controller's [`Controller::predict`]) and
 /// names the Tiers in the way, derives each Tier's jitter seed from one seed, latches
 /// "initialized" per Tier, queues every event and shares what one call learns about the server:
 /// after a transient failure only one Tier (the *probe*) retries the Tiers that failed so, and
@@ -146,9 +146,9 @@ struct Hold {
 /// denied only together with another create still unseen by the cache waits for that one's
 /// answer and echo (the call timeout plus the echo wait), then is predicted again.
 #[derive(Debug)]
-pub struct Fleet {
-    machines: Vec<TierMachine>,
-    admission: Option<AdmissionPolicy>,
+pub struct Fleet<C: Controller = Antrea> {
+    machines: Vec<TierMachine<C>>,
+    admission: Option<C::Admission>,
     config: MachineConfig,
     rng: fastrand::Rng,
     synced: bool,
@@ -157,7 +157,7 @@ pub struct Fleet {
     initialized_at: Option<Instant>,
     events: VecDeque<TierEvent>,
     /// The latest snapshot: creates are predicted against it and each other.
-    snapshot: Snapshot,
+    snapshot: Snapshot<C>,
     /// The echo wait shared by every machine (see [`TierMachine::echo_wait`]).
     echo_wait: std::time::Duration,
     /// The outage hold, if one is on.
@@ -174,7 +174,7 @@ pub struct Fleet {
     lone: Vec<u32>,
 }
 
-impl Fleet {
+impl<C: Controller> Fleet<C> {
     /// A fleet for `desired`, started at `now`. Nothing is decided before the first synced
     /// snapshot.
     ///
@@ -182,8 +182,8 @@ impl Fleet {
     ///
     /// A [`ConfigError`] naming the field of `config.machine` out of its range.
     pub fn new(
-        desired: &DesiredSet,
-        config: FleetConfig,
+        desired: &DesiredSet<C>,
+        config: FleetConfig<C>,
         now: Instant,
     ) -> Result<Self, ConfigError> {
         config.machine.validate()?;
@@ -218,21 +218,23 @@ impl Fleet {
     }
 
     /// The machines, in the order of the desired set.
-    pub fn machines(&self) -> &[TierMachine] {
+    pub fn machines(&self) -> &[TierMachine<C>] {
         &self.machines
     }
 
     /// Input: the cache's current view. Each machine gets its Tier's observation, and each
     /// machine that needs a create gets the prediction of the admission rules.
-    pub fn handle_snapshot(&mut self, snapshot: &Snapshot, now: Instant) {
+    pub fn handle_snapshot(&mut self, snapshot: &Snapshot<C>, now: Instant) {
         self.snapshot = snapshot.clone();
         self.synced |= snapshot.is_synced();
         self.generation = self.generation.max(snapshot.generation);
         for machine in &mut self.machines {
-            let observed = snapshot.observe(&machine.spec().name);
+            let observed = snapshot.observe(machine.spec().name());
             machine.handle_observation(observed, snapshot.generation, now);
             let blocker = match &self.admission {
-                Some(policy) if machine.wants_create() => predict(policy, machine.spec(), snapshot),
+                Some(policy) if machine.wants_create() => {
+                    C::predict(policy, machine.spec(), snapshot)
+                }
                 _ => None,
             };
             machine.handle_blocker(blocker, now);
@@ -468,8 +470,8 @@ impl Fleet {
     }
 
     /// Whether Tier `id` wants a create the cache allows but that, together with the creates
-    /// of other Tiers sent and not yet shown by the cache, the admission rules would deny
-    /// (for example two creates that jointly exceed the limit of distinct priorities).
+    /// of other Tiers sent and not yet shown by the cache, the admission rules would deny (for
+    /// example, with Antrea, two creates that jointly exceed its limit of distinct priorities).
     fn jointly_denied(&self, id: TierId) -> bool {
         let (Some(policy), Some(tiers)) = (&self.admission, &self.snapshot.tiers) else {
             return false;
@@ -480,39 +482,30 @@ impl Fleet {
         // A create the cache alone denies is the machine's own business (it is blocked).
         if !machine.is_ready()
             || !machine.wants_create()
-            || predict(policy, machine.spec(), &self.snapshot).is_some()
+            || C::predict(policy, machine.spec(), &self.snapshot).is_some()
         {
             return false;
         }
-        let unseen: Vec<&TierSpec> = self
+        let unseen: Vec<&C::Spec> = self
             .machines
             .iter()
             .enumerate()
             .filter(|(other, m)| *other != id && m.has_unseen_create())
             .map(|(_, m)| m.spec())
-            .filter(|spec| !tiers.contains_key(&spec.name))
+            .filter(|spec| !tiers.contains_key(spec.name()))
             .collect();
         if unseen.is_empty() {
             return false;
         }
         let mut joint = (**tiers).clone();
         for spec in unseen {
-            joint.insert(
-                spec.name.clone(),
-                crate::observe::ObservedTier {
-                    name: spec.name.clone(),
-                    priority: spec.priority,
-                    description: spec.description.clone(),
-                    resource_version: String::new(),
-                    last_writer: None,
-                },
-            );
+            joint.insert(spec.name().to_owned(), C::expected(spec));
         }
         let joint = Snapshot {
             generation: self.snapshot.generation,
             tiers: Some(std::sync::Arc::new(joint)),
         };
-        predict(policy, machine.spec(), &joint).is_some()
+        C::predict(policy, machine.spec(), &joint).is_some()
     }
 
     /// Which fleet-wide hold keeps Tier `id` from calling at `now`, if any.
@@ -549,7 +542,7 @@ impl Fleet {
     }
 
     /// Output: the next call to make, with the Tier it belongs to. Call until `None`.
-    pub fn poll_action(&mut self, now: Instant) -> Option<(TierId, Action)> {
+    pub fn poll_action(&mut self, now: Instant) -> Option<(TierId, Action<C>)> {
         // Polling a probe can end what made it one (it turns out blocked or held off): then
         // hand the role on and poll again, so no Tier waits on a probe that will not call.
         for _ in 0..=self.machines.len() {
@@ -568,7 +561,7 @@ impl Fleet {
         None
     }
 
-    fn poll_once(&mut self, now: Instant) -> Option<(TierId, Action)> {
+    fn poll_once(&mut self, now: Instant) -> Option<(TierId, Action<C>)> {
         for id in 0..self.machines.len() {
             if let Some(cause) = self.held_by(id, now) {
                 // The outage's release timer runs for a Tier that is due and not its probe
@@ -726,50 +719,6 @@ impl Fleet {
             self.initialized_at = Some(now);
         }
     }
-}
-
-/// What `policy` says about creating `spec` given `snapshot`: `None` if the create would pass,
-/// else the Tiers whose removal would let it through and why, in words.
-pub fn predict(policy: &AdmissionPolicy, spec: &TierSpec, snapshot: &Snapshot) -> Option<Blocker> {
-    let tiers = snapshot.tiers.as_ref()?;
-    let request = Request::Create {
-        name: &spec.name,
-        priority: spec.priority,
-    };
-    let others = || tiers.values().filter(|t| t.name != spec.name);
-    let denial = admission::review(
-        policy,
-        &request,
-        others().map(|t| (t.name.as_str(), t.priority)),
-    )
-    .err()?;
-    let blockers: Vec<&crate::ObservedTier> = others()
-        .filter(|b| {
-            let without = others()
-                .filter(|t| t.name != b.name)
-                .map(|t| (t.name.as_str(), t.priority));
-            admission::review(policy, &request, without).is_ok()
-        })
-        .collect();
-    // Only Tiers holding the very priority are to blame; when any of many would do (the
-    // limit of distinct priorities), none is named (see `Blocker::tiers`).
-    if !blockers.is_empty() && blockers.iter().all(|t| t.priority == spec.priority) {
-        let names: Vec<String> = blockers.iter().map(|t| t.name.clone()).collect();
-        let holder = if names.len() == 1 { "Tier" } else { "Tiers" };
-        let reason = format!(
-            "priority {} is held by {holder} {}",
-            spec.priority,
-            names.join(", ")
-        );
-        return Some(Blocker {
-            tiers: names,
-            reason,
-        });
-    }
-    Some(Blocker {
-        tiers: Vec::new(),
-        reason: denial.to_string(),
-    })
 }
 
 /// `at + d`, or far in the future when that is not representable.

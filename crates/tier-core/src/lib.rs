@@ -5,8 +5,11 @@
 //!
 //! Every item has one path, at the crate root (`tier_core::DesiredSet`), except Antrea's
 //! admission rules, which keep their namespace, [`admission`]: the one copy that every backend
-//! emulating the API server and tierd's own webhook share. Where to start:
+//! emulating the API server and tierd's own webhook share; and Calico's Tiers, in [`calico`].
+//! Where to start:
 //!
+//! - [`Controller`]: the seam. The decision code is generic over it; [`Antrea`] (the default
+//!   of every generic type) and [`calico::Calico`] implement it.
 //! - [`DesiredSet`] and [`TierSpec`]: the desired Tiers and their validation
 //!   ([`DesiredSet::antrea`] is the default).
 //! - [`Snapshot`], [`Observed`] and [`decide`]: what a cache observed, and the pure decision for
@@ -20,8 +23,11 @@
 //! - [`Status`] and [`StatusHandle`]: what is published, and "system Tiers initialized".
 
 pub mod admission;
+mod antrea;
 mod backoff;
 mod budget;
+pub mod calico;
+mod controller;
 mod driver;
 mod error;
 mod fleet;
@@ -31,24 +37,24 @@ mod ports;
 mod spec;
 mod status;
 
+pub use antrea::{Antrea, ObservedTier, in_sync, predict};
 pub use backoff::Backoff;
+pub use controller::{CachedTier, Controller, DesiredTier};
 pub use driver::{Driver, DriverConfig, EventReceiver, Mode, Stopped, entropy_seed};
 pub use error::{ErrorClass, WriteError};
 pub use fleet::{
-    Fleet, FleetConfig, HoldCause, LONE_FAILURES, OUTAGE_RELEASE, PROBE_RELEASE, TierId, predict,
+    Fleet, FleetConfig, HoldCause, LONE_FAILURES, OUTAGE_RELEASE, PROBE_RELEASE, TierId,
 };
 pub use machine::{
     Action, Blocker, ConfigError, ContestPolicy, MAX_COUNT, MAX_DURATION, MachineConfig,
     OutcomeCounts, TierEvent, TierMachine, TierState, TierStatus, WriteHold, WriteKind,
 };
-pub use observe::{
-    Decision, FieldWriter, Generation, Observed, ObservedTier, Snapshot, decide, in_sync,
-};
+pub use observe::{Decision, FieldWriter, Generation, Observed, Snapshot, decide};
 pub use ports::{Clock, FixedLister, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};
 pub use spec::{
     CNP_ADMIN_TIER_PRIORITY, DesiredSet, ErrorType, MAX_PRIORITY, Rule, TierSpec, ValidationError,
-    ValidationRules, Violation, check_dns1123_subdomain,
+    ValidationRules, Violation, check_dns1123_label, check_dns1123_subdomain,
 };
 pub use status::{DriverStopped, Status, StatusHandle};

@@ -3,28 +3,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::spec::TierSpec;
+use crate::antrea::Antrea;
+use crate::controller::{CachedTier, Controller, DesiredTier};
 
 /// A counter of changes to the whole observed Tier set: it grows with every change a lister sees
 /// (including the first complete list), so "has anything changed since I looked?" is a comparison.
 pub type Generation = u64;
-
-/// One Tier as the cache holds it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ObservedTier {
-    /// Object name.
-    pub name: String,
-    /// Observed priority.
-    pub priority: i64,
-    /// Observed description; an absent description is observed as empty.
-    pub description: String,
-    /// The object's resourceVersion, an opaque token used as a write precondition.
-    pub resource_version: String,
-    /// Who last set the fields tierd manages (priority, description), where the object says
-    /// (its `managedFields`); `None` when it does not, or the adapter does not read it. Named
-    /// when tierd reports the Tier contested.
-    pub last_writer: Option<FieldWriter>,
-}
 
 /// A writer of an object's fields, as its `managedFields` record it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -47,20 +31,20 @@ impl std::fmt::Display for FieldWriter {
 
 /// What is known about one Tier name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Observed {
+pub enum Observed<C: Controller = Antrea> {
     /// The cache has not completed its first list: nothing can be concluded.
     Unknown,
     /// The cache is synced and holds no Tier of that name.
     Absent,
     /// The cache holds this Tier.
-    Present(ObservedTier),
+    Present(C::Observed),
 }
 
-impl Observed {
+impl<C: Controller> Observed<C> {
     /// The resourceVersion of a present Tier, `None` when absent or unknown.
     pub fn resource_version(&self) -> Option<&str> {
         match self {
-            Observed::Present(t) => Some(&t.resource_version),
+            Observed::Present(t) => Some(t.resource_version()),
             _ => None,
         }
     }
@@ -69,18 +53,35 @@ impl Observed {
 /// A consistent view of the observed Tier set at one generation.
 ///
 /// `tiers` is `None` until the cache has completed its first list. Cloning is cheap.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Snapshot {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot<C: Controller = Antrea> {
     /// The generation this view was taken at.
     pub generation: Generation,
     /// Every observed Tier by name, or `None` before the first complete list.
-    pub tiers: Option<Arc<BTreeMap<String, ObservedTier>>>,
+    pub tiers: Option<Arc<BTreeMap<String, C::Observed>>>,
 }
 
-impl Snapshot {
+impl<C: Controller> Default for Snapshot<C> {
+    /// Unsynced, at generation 0.
+    fn default() -> Self {
+        Self {
+            generation: 0,
+            tiers: None,
+        }
+    }
+}
+
+impl<C: Controller> Snapshot<C> {
     /// A synced snapshot holding `tiers`.
-    pub fn synced(generation: Generation, tiers: impl IntoIterator<Item = ObservedTier>) -> Self {
-        let map = tiers.into_iter().map(|t| (t.name.clone(), t)).collect();
+    pub fn synced<T>(generation: Generation, tiers: impl IntoIterator<Item = T>) -> Self
+    where
+        T: CachedTier<Controller = C>,
+        C: Controller<Observed = T>,
+    {
+        let map = tiers
+            .into_iter()
+            .map(|t| (t.name().to_owned(), t))
+            .collect();
         Self {
             generation,
             tiers: Some(Arc::new(map)),
@@ -93,7 +94,7 @@ impl Snapshot {
     }
 
     /// What this snapshot says about the Tier called `name`.
-    pub fn observe(&self, name: &str) -> Observed {
+    pub fn observe(&self, name: &str) -> Observed<C> {
         match &self.tiers {
             None => Observed::Unknown,
             Some(tiers) => tiers
@@ -120,27 +121,23 @@ pub enum Decision {
     InSync,
 }
 
-/// Decides what `desired` needs given `observed`. Pure: priority and description are compared,
-/// and an absent description equals an empty one.
-pub fn decide(desired: &TierSpec, observed: &Observed) -> Decision {
+/// Decides what `desired` needs given `observed`. Pure: the ensured fields are compared as the
+/// controller says ([`Controller::in_sync`]).
+pub fn decide<S: DesiredTier>(desired: &S, observed: &Observed<S::Controller>) -> Decision {
     match observed {
         Observed::Unknown => Decision::WaitForSync,
         Observed::Absent => Decision::Create,
-        Observed::Present(tier) if in_sync(desired, tier) => Decision::InSync,
+        Observed::Present(tier) if S::Controller::in_sync(desired, tier) => Decision::InSync,
         Observed::Present(tier) => Decision::Update {
-            resource_version: tier.resource_version.clone(),
+            resource_version: tier.resource_version().to_owned(),
         },
     }
-}
-
-/// Whether `observed` carries exactly the fields of `desired`.
-pub fn in_sync(desired: &TierSpec, observed: &ObservedTier) -> bool {
-    desired.priority == observed.priority && desired.description == observed.description
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{ObservedTier, TierSpec};
 
     fn present(priority: i64, description: &str) -> Observed {
         Observed::Present(ObservedTier {
@@ -169,7 +166,10 @@ mod tests {
 
     #[test]
     fn snapshot_observes() {
-        assert_eq!(Snapshot::default().observe("t"), Observed::Unknown);
+        assert_eq!(
+            Snapshot::<Antrea>::default().observe("t"),
+            Observed::Unknown
+        );
         let snap = Snapshot::synced(
             3,
             [ObservedTier {

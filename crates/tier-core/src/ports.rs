@@ -9,9 +9,10 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
+use crate::antrea::Antrea;
+use crate::controller::Controller;
 use crate::error::WriteError;
 use crate::observe::{Generation, Snapshot};
-use crate::spec::TierSpec;
 
 /// A cache of the observed Tier set.
 ///
@@ -23,14 +24,13 @@ use crate::spec::TierSpec;
 ///   older than its generation says (read the generation first, then the data).
 /// - [`changed`](TierLister::changed) is cancel-safe: dropping it loses nothing, because the
 ///   caller asks again with the generation it has seen.
-#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
-pub trait TierLister: Send + Sync {
+pub trait TierLister<C: Controller = Antrea>: Send + Sync {
     /// Resolves once the cache has completed its first list.
     async fn wait_synced(&self);
 
     /// The current view of every observed Tier.
-    fn snapshot(&self) -> Snapshot;
+    fn snapshot(&self) -> Snapshot<C>;
 
     /// Resolves once the generation is greater than `seen`.
     async fn changed(&self, seen: Generation);
@@ -40,15 +40,39 @@ pub trait TierLister: Send + Sync {
 ///
 /// A call may be dropped before it completes (cancellation); an implementation must not rely
 /// on being polled to completion.
-#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
-pub trait TierWriter: Send + Sync {
+pub trait TierWriter<C: Controller = Antrea>: Send + Sync {
     /// Creates the Tier `tier`.
-    async fn create(&self, tier: &TierSpec) -> Result<(), WriteError>;
+    async fn create(&self, tier: &C::Spec) -> Result<(), WriteError>;
 
-    /// Replaces the priority and description of the existing Tier `tier.name`, only if its
-    /// resourceVersion is still `resource_version`.
-    async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError>;
+    /// Replaces the ensured fields ([`Controller::ENSURED_FIELDS`]) of the existing Tier of
+    /// `tier`'s name, only if its resourceVersion is still `resource_version`.
+    async fn update(&self, tier: &C::Spec, resource_version: &str) -> Result<(), WriteError>;
+}
+
+#[cfg(any(test, feature = "mock"))]
+mockall::mock! {
+    /// A mockall mock of an Antrea [`TierLister`].
+    pub TierLister {}
+
+    #[async_trait]
+    impl TierLister<Antrea> for TierLister {
+        async fn wait_synced(&self);
+        fn snapshot(&self) -> Snapshot<Antrea>;
+        async fn changed(&self, seen: Generation);
+    }
+}
+
+#[cfg(any(test, feature = "mock"))]
+mockall::mock! {
+    /// A mockall mock of an Antrea [`TierWriter`].
+    pub TierWriter {}
+
+    #[async_trait]
+    impl TierWriter<Antrea> for TierWriter {
+        async fn create(&self, tier: &crate::TierSpec) -> Result<(), WriteError>;
+        async fn update(&self, tier: &crate::TierSpec, resource_version: &str) -> Result<(), WriteError>;
+    }
 }
 
 /// Time, as a port: real in production, virtual in tests and simulations.
@@ -65,32 +89,32 @@ pub trait Clock: Send + Sync {
 /// that reviews against a fixed set of Tiers. [`set`](Self::set) publishes a new snapshot and
 /// wakes every [`changed`](TierLister::changed) waiting on an older generation.
 #[derive(Debug)]
-pub struct FixedLister {
-    snapshot: tokio::sync::watch::Sender<Snapshot>,
+pub struct FixedLister<C: Controller = Antrea> {
+    snapshot: tokio::sync::watch::Sender<Snapshot<C>>,
 }
 
-impl Default for FixedLister {
+impl<C: Controller> Default for FixedLister<C> {
     fn default() -> Self {
         Self::new(Snapshot::default())
     }
 }
 
-impl FixedLister {
+impl<C: Controller> FixedLister<C> {
     /// A lister showing `snapshot` (unsynced for [`Snapshot::default`]).
-    pub fn new(snapshot: Snapshot) -> Self {
+    pub fn new(snapshot: Snapshot<C>) -> Self {
         Self {
             snapshot: tokio::sync::watch::Sender::new(snapshot),
         }
     }
 
     /// Shows `snapshot` from now on.
-    pub fn set(&self, snapshot: Snapshot) {
+    pub fn set(&self, snapshot: Snapshot<C>) {
         self.snapshot.send_replace(snapshot);
     }
 }
 
 #[async_trait]
-impl TierLister for FixedLister {
+impl<C: Controller> TierLister<C> for FixedLister<C> {
     async fn wait_synced(&self) {
         // The sender lives in `self`, so waiting cannot fail.
         let _ = self
@@ -100,7 +124,7 @@ impl TierLister for FixedLister {
             .await;
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Snapshot<C> {
         self.snapshot.borrow().clone()
     }
 

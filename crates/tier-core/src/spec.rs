@@ -1,8 +1,8 @@
-//! The desired set of Tiers and the rules it must satisfy.
+//! The desired set of Tiers, its field errors, and Antrea's desired Tier and rules.
 //!
 //! A [`DesiredSet`] can only be built through [`DesiredSet::new`], which checks every rule of
-//! [`ValidationRules`] and reports every violation at once. [`DesiredSet::antrea`] is Antrea's six
-//! system Tiers.
+//! the controller's (for Antrea, [`ValidationRules`]) and reports every violation at once.
+//! [`DesiredSet::antrea`] is Antrea's six system Tiers.
 //!
 //! Violations speak Kubernetes' field-error language (`k8s.io/apimachinery`'s `field.Error`):
 //! the Tier's position and name, the field path, the kind of error, the offending value and the
@@ -26,13 +26,16 @@
 //!         "tiers[1] (dup): spec.priority: Invalid value: 251: is reserved; choose another priority",
 //!     ]
 //! );
-//! assert!(DesiredSet::new(vec![], &ValidationRules::default()).is_err());
+//! assert!(<DesiredSet>::new(vec![], &ValidationRules::default()).is_err());
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::antrea::Antrea;
+use crate::controller::{Controller, DesiredTier};
 
 /// The highest priority a Tier may have (the CRD's schema maximum).
 pub const MAX_PRIORITY: i64 = 255;
@@ -43,6 +46,9 @@ pub const CNP_ADMIN_TIER_PRIORITY: i64 = 220;
 
 /// The longest name a DNS-1123 subdomain may have.
 const MAX_NAME_LEN: usize = 253;
+
+/// The longest name a DNS-1123 label may have.
+const MAX_LABEL_LEN: usize = 63;
 
 /// One Tier as it should exist in the cluster.
 ///
@@ -149,6 +155,15 @@ pub enum Rule {
     NameRequired,
     /// The name is not a DNS-1123 subdomain; says why.
     InvalidName(String),
+    /// The name is not a DNS-1123 label (Calico's Tier names); says why.
+    InvalidLabel(String),
+    /// A number that must be finite is not (NaN or infinite).
+    NotFinite,
+    /// The field of a built-in Tier must have the controller's value.
+    Pinned {
+        /// The value the controller pins, as Kubernetes prints it.
+        expected: String,
+    },
     /// The priority is above [`MAX_PRIORITY`].
     PriorityTooHigh,
     /// The priority is below 0.
@@ -184,6 +199,9 @@ impl Rule {
         match self {
             Rule::Empty | Rule::NameRequired => ErrorType::Required,
             Rule::InvalidName(_)
+            | Rule::InvalidLabel(_)
+            | Rule::NotFinite
+            | Rule::Pinned { .. }
             | Rule::PriorityTooHigh
             | Rule::PriorityNegative
             | Rule::ReservedPriority
@@ -200,6 +218,11 @@ impl fmt::Display for Rule {
             Rule::Empty => write!(f, "at least one Tier is required"),
             Rule::NameRequired => write!(f, "name is required"),
             Rule::InvalidName(why) => write!(f, "must be a lowercase RFC 1123 subdomain: {why}"),
+            Rule::InvalidLabel(why) => write!(f, "must be a lowercase RFC 1123 label: {why}"),
+            Rule::NotFinite => write!(f, "must be a finite number"),
+            Rule::Pinned { expected } => {
+                write!(f, "must be {expected} for this built-in Tier")
+            }
             Rule::PriorityTooHigh => write!(f, "must be less than or equal to {MAX_PRIORITY}"),
             Rule::PriorityNegative => write!(f, "must be greater than or equal to 0"),
             Rule::ReservedPriority => write!(f, "is reserved; choose another priority"),
@@ -281,18 +304,33 @@ impl ValidationError {
     }
 }
 
-/// A validated, non-empty set of desired Tiers, ordered as given.
+/// A validated, non-empty set of desired Tiers of controller `C`, ordered as given.
 ///
-/// Validation ([`DesiredSet::new`]) refuses an empty list ([`Rule::Empty`]).
+/// Validation ([`DesiredSet::new`]) refuses an empty list ([`Rule::Empty`]) and whatever
+/// [`Controller::validate`] refuses.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DesiredSet {
-    tiers: Vec<TierSpec>,
+pub struct DesiredSet<C: Controller = Antrea> {
+    tiers: Vec<C::Spec>,
 }
 
-impl DesiredSet {
+impl<C: Controller> DesiredSet<C> {
     /// Validates `tiers` against `rules`; on failure reports every violation.
-    pub fn new(tiers: Vec<TierSpec>, rules: &ValidationRules) -> Result<Self, ValidationError> {
-        let violations = violations(&tiers, rules);
+    pub fn new<S>(tiers: Vec<S>, rules: &C::Rules) -> Result<Self, ValidationError>
+    where
+        S: DesiredTier<Controller = C>,
+        C: Controller<Spec = S>,
+    {
+        let mut violations = Vec::new();
+        if tiers.is_empty() {
+            violations.push(Violation {
+                index: None,
+                tier: String::new(),
+                field: "tiers",
+                value: None,
+                rule: Rule::Empty,
+            });
+        }
+        violations.extend(C::validate(&tiers, rules));
         if violations.is_empty() {
             Ok(Self { tiers })
         } else {
@@ -300,24 +338,19 @@ impl DesiredSet {
         }
     }
 
-    /// Antrea's six system Tiers, in the order Antrea creates them.
-    pub fn antrea() -> Self {
-        Self {
-            tiers: ANTREA_TIERS
-                .iter()
-                .map(|(name, priority, description)| TierSpec::new(*name, *priority, *description))
-                .collect(),
-        }
+    /// A set the crate knows to be valid (a controller's built-in Tiers).
+    pub(crate) fn trusted(tiers: Vec<C::Spec>) -> Self {
+        Self { tiers }
     }
 
     /// The desired Tiers, in input order.
-    pub fn tiers(&self) -> &[TierSpec] {
+    pub fn tiers(&self) -> &[C::Spec] {
         &self.tiers
     }
 
     /// The desired Tier called `name`, if any.
-    pub fn get(&self, name: &str) -> Option<&TierSpec> {
-        self.tiers.iter().find(|t| t.name == name)
+    pub fn get(&self, name: &str) -> Option<&C::Spec> {
+        self.tiers.iter().find(|t| t.name() == name)
     }
 
     /// How many Tiers the set holds.
@@ -328,6 +361,18 @@ impl DesiredSet {
     /// Whether the set holds no Tier.
     pub fn is_empty(&self) -> bool {
         self.tiers.is_empty()
+    }
+}
+
+impl DesiredSet<Antrea> {
+    /// Antrea's six system Tiers, in the order Antrea creates them.
+    pub fn antrea() -> Self {
+        Self::trusted(
+            ANTREA_TIERS
+                .iter()
+                .map(|(name, priority, description)| TierSpec::new(*name, *priority, *description))
+                .collect(),
+        )
     }
 }
 
@@ -365,61 +410,28 @@ const ANTREA_TIERS: [(&str, i64, &str); 6] = [
     ),
 ];
 
-fn violations(tiers: &[TierSpec], rules: &ValidationRules) -> Vec<Violation> {
-    let mut out = Vec::new();
-    if tiers.is_empty() {
-        out.push(Violation {
-            index: None,
-            tier: String::new(),
-            field: "tiers",
-            value: None,
-            rule: Rule::Empty,
-        });
-    }
-    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+/// Antrea's rules over `tiers` (see [`ValidationRules`]); the emptiness of the set is checked by
+/// [`DesiredSet::new`].
+pub(crate) fn violations(tiers: &[TierSpec], rules: &ValidationRules) -> Vec<Violation> {
+    let mut check = Checker::default();
     let mut priorities: BTreeMap<i64, (usize, &str)> = BTreeMap::new();
     for (index, tier) in tiers.iter().enumerate() {
-        let mut push = |field, value: Option<String>, rule| {
-            out.push(Violation {
-                index: Some(index),
-                tier: tier.name.clone(),
-                field,
-                value,
-                rule,
-            })
+        check.name(index, &tier.name, check_dns1123_subdomain_rule);
+        let mut push = |value: Option<String>, rule| {
+            check.push(index, &tier.name, "spec.priority", value, rule);
         };
-        let name = Some(format!("{:?}", tier.name));
         let priority = Some(tier.priority.to_string());
-        if tier.name.is_empty() {
-            push("metadata.name", None, Rule::NameRequired);
-        } else if let Err(why) = check_dns1123_subdomain(&tier.name) {
-            push("metadata.name", name.clone(), Rule::InvalidName(why));
-        }
-        match names.get(tier.name.as_str()) {
-            Some(&first) if !tier.name.is_empty() => {
-                push("metadata.name", name, Rule::DuplicateName { first });
-            }
-            Some(_) => {}
-            None => {
-                names.insert(&tier.name, index);
-            }
-        }
         if tier.priority > MAX_PRIORITY {
-            push("spec.priority", priority.clone(), Rule::PriorityTooHigh);
+            push(priority.clone(), Rule::PriorityTooHigh);
         } else if tier.priority < 0 {
-            push("spec.priority", priority.clone(), Rule::PriorityNegative);
+            push(priority.clone(), Rule::PriorityNegative);
         } else if rules.reserved_priorities.contains(&tier.priority) {
-            push("spec.priority", priority.clone(), Rule::ReservedPriority);
+            push(priority.clone(), Rule::ReservedPriority);
         } else if rules.reserved_for_cluster_network_policy(tier.priority) {
-            push(
-                "spec.priority",
-                priority.clone(),
-                Rule::ReservedForClusterNetworkPolicy,
-            );
+            push(priority.clone(), Rule::ReservedForClusterNetworkPolicy);
         }
         match priorities.get(&tier.priority) {
             Some(&(first, holder)) => push(
-                "spec.priority",
                 priority,
                 Rule::DuplicatePriority {
                     holder: holder.to_owned(),
@@ -431,6 +443,7 @@ fn violations(tiers: &[TierSpec], rules: &ValidationRules) -> Vec<Violation> {
             }
         }
     }
+    let mut out = check.finish();
     if priorities.len() > rules.max_distinct_priorities {
         out.push(Violation {
             index: None,
@@ -444,6 +457,80 @@ fn violations(tiers: &[TierSpec], rules: &ValidationRules) -> Vec<Violation> {
         });
     }
     out
+}
+
+/// Collects field errors, and checks the rules of names every controller shares: required,
+/// well formed, unique in the set.
+#[derive(Default)]
+pub(crate) struct Checker<'a> {
+    out: Vec<Violation>,
+    names: BTreeMap<&'a str, usize>,
+}
+
+impl<'a> Checker<'a> {
+    /// Records that the Tier at `index` breaks `rule` in `field`.
+    pub(crate) fn push(
+        &mut self,
+        index: usize,
+        tier: &str,
+        field: &'static str,
+        value: Option<String>,
+        rule: Rule,
+    ) {
+        self.out.push(Violation {
+            index: Some(index),
+            tier: tier.to_owned(),
+            field,
+            value,
+            rule,
+        });
+    }
+
+    /// Checks the name of the Tier at `index`: present, `well_formed`, not used before.
+    pub(crate) fn name(
+        &mut self,
+        index: usize,
+        name: &'a str,
+        well_formed: fn(&str) -> Result<(), Rule>,
+    ) {
+        let quoted = || Some(format!("{name:?}"));
+        if name.is_empty() {
+            self.push(index, name, "metadata.name", None, Rule::NameRequired);
+        } else if let Err(rule) = well_formed(name) {
+            self.push(index, name, "metadata.name", quoted(), rule);
+        }
+        match self.names.get(name) {
+            Some(&first) if !name.is_empty() => {
+                let rule = Rule::DuplicateName { first };
+                self.push(index, name, "metadata.name", quoted(), rule);
+            }
+            Some(_) => {}
+            None => {
+                self.names.insert(name, index);
+            }
+        }
+    }
+
+    /// Every violation recorded, in order.
+    pub(crate) fn finish(self) -> Vec<Violation> {
+        self.out
+    }
+}
+
+fn check_dns1123_subdomain_rule(name: &str) -> Result<(), Rule> {
+    check_dns1123_subdomain(name).map_err(Rule::InvalidName)
+}
+
+/// Checks Kubernetes' DNS-1123 label rule: at most 63 lowercase letters, digits and `-`,
+/// starting and ending with a letter or digit (no dot).
+pub fn check_dns1123_label(name: &str) -> Result<(), String> {
+    if name.len() > MAX_LABEL_LEN {
+        return Err(format!("must be at most {MAX_LABEL_LEN} characters"));
+    }
+    if name.contains('.') {
+        return Err("must not contain `.`".to_owned());
+    }
+    check_dns1123_subdomain(name)
 }
 
 /// Checks Kubernetes' DNS-1123 subdomain rule: at most 253 characters of lowercase letters,

@@ -256,7 +256,7 @@ fn an_editor_faster_than_the_cache_lag_gets_a_bounded_contested_tierd() {
     eprintln!("measured: editor every 100 ms, lag 200 ms: {writes} updates in 300 s");
     // 3 at once, then hold-offs of 1, 2, 4 ... 60 s: about 13 in 300 s.
     assert!(writes <= 16, "{writes} writes");
-    let policy = FleetConfig::default().machine.contest;
+    let policy = <FleetConfig>::default().machine.contest;
     assert!(writes as u64 <= policy.max_writes(300 * S));
     assert_eq!(policy.max_writes(300 * S), 3 + 15 + 7 + 5);
     let status = &fleet.status().tiers[id];
@@ -453,7 +453,7 @@ fn every_timing_field_is_validated_naming_the_field_and_the_range() {
             "machine.contest.burst"
         );
     }
-    assert_eq!(DriverConfig::default().validate(), Ok(()));
+    assert_eq!(<DriverConfig>::default().validate(), Ok(()));
 }
 
 #[test]

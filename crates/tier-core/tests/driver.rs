@@ -510,7 +510,7 @@ async fn retry_offsets() -> Vec<Duration> {
 
 #[tokio::test(start_paused = true)]
 async fn replicas_with_the_default_config_do_not_retry_in_lockstep() {
-    assert_eq!(DriverConfig::default().seed, None);
+    assert_eq!(<DriverConfig>::default().seed, None);
     let one = retry_offsets().await;
     let two = retry_offsets().await;
     assert!(one.len() > 3, "{one:?}");

@@ -3,55 +3,112 @@
 
 use std::time::{Duration, Instant};
 
+use tier_core::calico::{self, Calico, DefaultAction};
 use tier_core::{
-    Action, DesiredSet, ErrorClass, Fleet, FleetConfig, ObservedTier, Snapshot, TierEvent, TierId,
-    TierSpec, TierState, WriteError,
+    Action, Antrea, CachedTier, Controller, DesiredSet, DesiredTier, ErrorClass, Fleet,
+    FleetConfig, ObservedTier, Snapshot, TierEvent, TierId, TierSpec, TierState, WriteError,
 };
 
-/// A one-process cluster: the store, a generation, and a view that is the store (no lag).
-#[derive(Default)]
-struct World {
-    tiers: Vec<ObservedTier>,
-    generation: u64,
+/// What a [`Cluster`] needs from a controller: how its API server stores and admits writes.
+trait Server: Controller {
+    /// `spec` as stored at resourceVersion `rv`.
+    fn stored(spec: &Self::Spec, rv: String) -> Self::Observed;
+    /// Whether the server admits `action` given the `existing` Tiers.
+    fn admit(existing: &[Self::Observed], action: &Action<Self>) -> Result<(), WriteError>;
 }
 
-impl World {
-    fn put(&mut self, name: &str, priority: i64, description: &str) {
-        self.generation += 1;
-        self.tiers.retain(|t| t.name != name);
-        self.tiers.push(ObservedTier {
-            name: name.into(),
-            priority,
-            description: description.into(),
-            resource_version: self.generation.to_string(),
-            last_writer: None,
-        });
+impl Server for Antrea {
+    fn stored(spec: &TierSpec, rv: String) -> ObservedTier {
+        ObservedTier {
+            resource_version: rv,
+            ..Antrea::expected(spec)
+        }
     }
 
-    fn delete(&mut self, name: &str) {
-        self.generation += 1;
-        self.tiers.retain(|t| t.name != name);
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        Snapshot::synced(self.generation, self.tiers.clone())
-    }
-
-    /// Performs `action` as Antrea's API server would.
-    fn perform(&mut self, action: &Action) -> Result<(), WriteError> {
+    /// Antrea's API server denies a create at a priority another Tier holds.
+    fn admit(existing: &[ObservedTier], action: &Action) -> Result<(), WriteError> {
         let tier = action.tier();
         if let Action::Create(_) = action
-            && self.tiers.iter().any(|t| t.priority == tier.priority)
+            && existing.iter().any(|t| t.priority == tier.priority)
         {
             return Err(WriteError::denied("overlaps with existing Tier"));
         }
-        self.put(&tier.name, tier.priority, &tier.description);
         Ok(())
     }
 }
 
+impl Server for Calico {
+    fn stored(spec: &calico::TierSpec, rv: String) -> calico::ObservedTier {
+        calico::ObservedTier {
+            resource_version: rv,
+            ..Calico::expected(spec)
+        }
+    }
+
+    /// Calico's API server refuses other values for its built-in Tiers, on any write.
+    fn admit(_: &[calico::ObservedTier], action: &Action<Calico>) -> Result<(), WriteError> {
+        calico::Admission::calico()
+            .review_write(action.tier())
+            .map_err(|denial| WriteError::denied(denial.to_string()))
+    }
+}
+
+/// A one-process cluster: the store, a generation, and a view that is the store (no lag).
+struct Cluster<C: Controller> {
+    tiers: Vec<C::Observed>,
+    generation: u64,
+}
+
+/// An Antrea cluster, the world of most tests.
+type World = Cluster<Antrea>;
+
+impl<C: Controller> Default for Cluster<C> {
+    fn default() -> Self {
+        Self {
+            tiers: Vec::new(),
+            generation: 0,
+        }
+    }
+}
+
+impl<C: Server> Cluster<C> {
+    /// Stores `spec`, bypassing admission (as a seeded or older cluster holds it).
+    fn store(&mut self, spec: &C::Spec) {
+        self.generation += 1;
+        self.tiers.retain(|t| t.name() != spec.name());
+        self.tiers
+            .push(C::stored(spec, self.generation.to_string()));
+    }
+
+    fn delete(&mut self, name: &str) {
+        self.generation += 1;
+        self.tiers.retain(|t| t.name() != name);
+    }
+
+    fn snapshot(&self) -> Snapshot<C> {
+        Snapshot::synced(self.generation, self.tiers.clone())
+    }
+
+    /// Performs `action` as the controller's API server would.
+    fn perform(&mut self, action: &Action<C>) -> Result<(), WriteError> {
+        C::admit(&self.tiers, action)?;
+        self.store(action.tier());
+        Ok(())
+    }
+}
+
+impl World {
+    fn put(&mut self, name: &str, priority: i64, description: &str) {
+        self.store(&TierSpec::new(name, priority, description));
+    }
+}
+
 /// Drains every action of `fleet` at `now` and performs it in `world`; returns the writes.
-fn drive(fleet: &mut Fleet, world: &mut World, now: Instant) -> Vec<(TierId, Action)> {
+fn drive<C: Server>(
+    fleet: &mut Fleet<C>,
+    world: &mut Cluster<C>,
+    now: Instant,
+) -> Vec<(TierId, Action<C>)> {
     let mut writes = Vec::new();
     fleet.handle_timeout(now);
     while let Some((id, action)) = fleet.poll_action(now) {
@@ -79,7 +136,7 @@ fn in_an_outage(world: &World, t0: Instant) -> (Fleet, Vec<(TierId, Action)>) {
     (fleet, calls)
 }
 
-fn events(fleet: &mut Fleet) -> Vec<TierEvent> {
+fn events<C: Controller>(fleet: &mut Fleet<C>) -> Vec<TierEvent> {
     std::iter::from_fn(|| fleet.poll_event()).collect()
 }
 
@@ -503,4 +560,106 @@ fn the_shared_echo_wait_comes_back_down_for_every_tier() {
             .map(|m| m.echo_wait())
             .collect::<Vec<_>>()
     );
+}
+
+/// A fleet of `desired` on `world`, driven at `t0` until it settles.
+fn calico_run(
+    desired: &DesiredSet<Calico>,
+    world: &mut Cluster<Calico>,
+    t0: Instant,
+) -> (Fleet<Calico>, Vec<(TierId, Action<Calico>)>) {
+    let mut fleet = Fleet::new(desired, FleetConfig::default(), t0).unwrap();
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    let writes = drive(&mut fleet, world, t0);
+    (fleet, writes)
+}
+
+#[test]
+fn an_empty_calico_cluster_gets_its_three_built_in_tiers() {
+    let t0 = Instant::now();
+    let mut world = Cluster::<Calico>::default();
+    let (mut fleet, writes) = calico_run(&DesiredSet::calico(), &mut world, t0);
+    let created: Vec<&str> = writes
+        .iter()
+        .map(|(_, a)| match a {
+            Action::Create(tier) => tier.name(),
+            Action::Update { .. } => panic!("no update in an empty cluster: {a:?}"),
+        })
+        .collect();
+    assert_eq!(created, ["default", "kube-admin", "kube-baseline"]);
+    assert!(fleet.is_converged(), "{:#?}", fleet.status());
+    assert!(fleet.status().initialized);
+    assert!(world.snapshot().tiers.unwrap().values().all(|t| {
+        DesiredSet::calico()
+            .get(t.name())
+            .is_some_and(|want| Calico::in_sync(want, t))
+    }));
+    assert!(drive(&mut fleet, &mut world, t0 + Duration::from_secs(60)).is_empty());
+}
+
+#[test]
+fn a_calico_built_in_with_a_wrong_order_is_updated() {
+    let t0 = Instant::now();
+    let mut world = Cluster::<Calico>::default();
+    for tier in calico::built_ins() {
+        world.store(&tier);
+    }
+    // An older install, or someone with the CRD's validation off, left `default` wrong.
+    let wrong = calico::TierSpec::new(calico::DEFAULT, Some(5.0), DefaultAction::Deny);
+    world.store(&wrong);
+    let rv = world
+        .snapshot()
+        .observe(calico::DEFAULT)
+        .resource_version()
+        .map(str::to_owned);
+    let (mut fleet, writes) = calico_run(&DesiredSet::calico(), &mut world, t0);
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(
+        writes[0].1,
+        Action::Update {
+            tier: calico::built_ins()[0].clone(),
+            resource_version: rv.unwrap(),
+        }
+    );
+    assert!(fleet.is_converged());
+    let corrected: Vec<String> = events(&mut fleet).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        corrected,
+        ["corrected the order and default action of Tier default"]
+    );
+}
+
+#[test]
+fn two_calico_tiers_at_one_order_are_fine() {
+    let t0 = Instant::now();
+    let mut world = Cluster::<Calico>::default();
+    // A user Tier sits at kube-admin's order: Calico allows it, so nothing blocks.
+    world.store(&calico::TierSpec::new(
+        "mine",
+        Some(calico::KUBE_ADMIN_ORDER),
+        DefaultAction::Deny,
+    ));
+    let desired = DesiredSet::<Calico>::new(
+        [
+            calico::built_ins().to_vec(),
+            vec![
+                calico::TierSpec::new("team-a", Some(50.0), DefaultAction::Pass),
+                calico::TierSpec::new("team-b", Some(50.0), DefaultAction::Deny),
+                calico::TierSpec::new("last", None, DefaultAction::Deny),
+            ],
+        ]
+        .concat(),
+        &calico::Rules::default(),
+    )
+    .unwrap();
+    let (fleet, writes) = calico_run(&desired, &mut world, t0);
+    assert_eq!(writes.len(), 6, "{writes:?}");
+    assert!(fleet.is_converged(), "{:#?}", fleet.status());
+    let blocked = fleet
+        .status()
+        .tiers
+        .iter()
+        .filter(|t| matches!(t.state, TierState::Blocked { .. }))
+        .count();
+    assert_eq!(blocked, 0);
 }

@@ -661,7 +661,8 @@ fn drift_after_convergence_is_corrected_and_counted() {
     assert_eq!(
         events(&mut m),
         [TierEvent::Corrected {
-            tier: "baseline".into()
+            tier: "baseline".into(),
+            fields: "priority and description",
         }]
     );
     // A first write of a Tier never in sync is not a correction.
@@ -822,8 +823,8 @@ fn a_hold_outlasting_the_quiet_period_asks_for_no_past_timeout() {
 
 #[test]
 fn small_getters_say_what_they_mean() {
-    assert_eq!(Action::Create(spec()).verb(), "create");
-    let update = Action::Update {
+    assert_eq!(<Action>::Create(spec()).verb(), "create");
+    let update: Action = Action::Update {
         tier: spec(),
         resource_version: "1".into(),
     };
@@ -843,7 +844,13 @@ fn small_getters_say_what_they_mean() {
     }
     let tier = || "t".to_owned();
     assert!(!TierEvent::Created { tier: tier() }.is_warning());
-    assert!(!TierEvent::Corrected { tier: tier() }.is_warning());
+    assert!(
+        !TierEvent::Corrected {
+            tier: tier(),
+            fields: "priority and description"
+        }
+        .is_warning()
+    );
     assert!(!TierEvent::ContestEnded { tier: tier() }.is_warning());
     assert!(
         TierEvent::Blocked {

@@ -25,11 +25,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tier_core::{FieldWriter, ObservedTier};
+
+use crate::kube_tier::{self, KubeTier};
 
 /// The spec of an Antrea Tier, as stored in the cluster.
 #[derive(CustomResource, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -118,29 +119,33 @@ pub fn observe(tier: &Tier) -> ObservedTier {
 }
 
 /// The `managedFields` entry that owns `spec.priority` or `spec.description` with the latest
-/// time: who last set a field tierd corrects. `None` when no entry says (managedFields
-/// stripped, or an entry without a manager).
+/// time: who last set a field tierd corrects (the shared `kube_tier::last_writer`).
 pub fn last_writer(tier: &Tier) -> Option<FieldWriter> {
-    let owns = |entry: &&ManagedFieldsEntry| {
-        entry
-            .fields_v1
-            .as_ref()
-            .and_then(|fields| fields.0.get("f:spec"))
-            .is_some_and(|spec| {
-                spec.get("f:priority").is_some() || spec.get("f:description").is_some()
-            })
-    };
-    let entry = tier
-        .metadata
-        .managed_fields
-        .as_ref()?
-        .iter()
-        .filter(owns)
-        .max_by_key(|entry| entry.time.as_ref().map(|t| t.0))?;
-    Some(FieldWriter {
-        manager: entry.manager.clone()?,
-        time: entry.time.as_ref().map(|t| t.0.to_string()),
-    })
+    kube_tier::last_writer(tier)
+}
+
+/// Antrea's Tier on the shared lister and writer: a fixed resource (`()`), the whole spec
+/// replaced on update.
+impl KubeTier for Tier {
+    type Controller = tier_core::Antrea;
+
+    const ENSURED_FIELDS: &'static [&'static str] = &["f:priority", "f:description"];
+
+    fn observe(&self) -> ObservedTier {
+        observe(self)
+    }
+
+    fn object(desired: &tier_core::TierSpec, (): &()) -> Self {
+        Tier::from_desired(desired)
+    }
+
+    fn set_desired(&mut self, desired: &tier_core::TierSpec) {
+        self.spec = TierSpec::from_desired(desired);
+    }
+
+    fn hints((): &()) -> crate::explain::ResourceHints {
+        crate::explain::ResourceHints::antrea()
+    }
 }
 
 /// Rendering the CRD failed.
@@ -426,7 +431,7 @@ mod tests {
 
     #[test]
     fn the_last_writer_of_a_managed_field_is_read_from_managed_fields() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
         let entry = |manager: &str, time: &str, fields: serde_json::Value| ManagedFieldsEntry {
             manager: Some(manager.into()),
             operation: Some("Update".into()),

@@ -3,8 +3,9 @@
 //! [`publish`] reads a driver's event stream (lossless, in order: the same stream the driver
 //! logs) and turns every [`TierEvent`] (a successful create or correction, the start of a
 //! blocked, denied, forbidden or not-installed episode, the start and end of a contest) into an
-//! Event about the Tier (`crd.antrea.io/v1beta1` `Tier`; cluster-scoped, so the Events land in
-//! the `default` namespace). The machine emits one event per episode, so a Tier retried a
+//! Event about the Tier (Antrea's `crd.antrea.io/v1beta1` `Tier`, or another controller's
+//! through [`publish_about`] and an [`EventSubject`]; cluster-scoped, so the Events land in the
+//! `default` namespace). The machine emits one event per episode, so a Tier retried a
 //! thousand times yields one Event, not a thousand; kube's recorder further folds repeats into
 //! a series.
 //!
@@ -39,15 +40,42 @@ pub fn reporter(instance: Option<String>) -> Reporter {
     }
 }
 
-/// A reference to the Tier called `name`, the object of its Events.
-pub fn reference(name: &str) -> ObjectReference {
-    use kube::Resource as _;
-    ObjectReference {
-        api_version: Some(Tier::api_version(&()).into_owned()),
-        kind: Some(Tier::kind(&()).into_owned()),
-        name: Some(name.to_owned()),
-        ..ObjectReference::default()
+/// What tierd's Events are about: the `apiVersion` and `kind` of one controller's Tiers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSubject {
+    api_version: String,
+    kind: String,
+}
+
+impl EventSubject {
+    /// Antrea's Tiers (`crd.antrea.io/v1beta1` `Tier`).
+    pub fn antrea() -> Self {
+        Self::of::<Tier>(&())
     }
+
+    /// The Tiers of `resource` (a lister's, [`KubeLister::resource`](crate::KubeLister::resource)).
+    pub fn of<T: kube::Resource>(resource: &T::DynamicType) -> Self {
+        Self {
+            api_version: T::api_version(resource).into_owned(),
+            kind: T::kind(resource).into_owned(),
+        }
+    }
+
+    /// A reference to the Tier called `name`, the object of its Events (cluster-scoped: no
+    /// namespace).
+    pub fn reference(&self, name: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(self.api_version.clone()),
+            kind: Some(self.kind.clone()),
+            name: Some(name.to_owned()),
+            ..ObjectReference::default()
+        }
+    }
+}
+
+/// A reference to the Antrea Tier called `name`, the object of its Events.
+pub fn reference(name: &str) -> ObjectReference {
+    EventSubject::antrea().reference(name)
 }
 
 /// The Kubernetes Event for a [`TierEvent`]: the reason is the event's kind, the note its one
@@ -78,12 +106,22 @@ pub fn to_event(event: &TierEvent) -> Event {
 
 /// Publishes a Kubernetes Event for every [`TierEvent`] of `events` (a driver's lossless event
 /// stream, see `tier_runtime::spawn_with_events`) until the driver drops its end. Returns the
-/// number of Events published.
-pub async fn publish(client: kube::Client, reporter: Reporter, mut events: EventReceiver) -> u64 {
+/// number of Events published. The Events are about Antrea's Tiers; see [`publish_about`].
+pub async fn publish(client: kube::Client, reporter: Reporter, events: EventReceiver) -> u64 {
+    publish_about(client, reporter, events, EventSubject::antrea()).await
+}
+
+/// [`publish`], the Events about the Tiers of `subject` (Calico's, say).
+pub async fn publish_about(
+    client: kube::Client,
+    reporter: Reporter,
+    mut events: EventReceiver,
+    subject: EventSubject,
+) -> u64 {
     let recorder = Recorder::new(client, reporter);
     let mut published = 0;
     while let Some(event) = events.recv().await {
-        let (reference, kube_event) = (reference(event.tier()), to_event(&event));
+        let (reference, kube_event) = (subject.reference(event.tier()), to_event(&event));
         let send = recorder.publish(&kube_event, &reference);
         match tokio::time::timeout(PUBLISH_TIMEOUT, send).await {
             Ok(Ok(())) => published += 1,
@@ -113,6 +151,10 @@ mod tests {
         assert_eq!(reference.kind.as_deref(), Some("Tier"));
         assert_eq!(reference.name.as_deref(), Some("baseline"));
         assert_eq!(reference.namespace, None);
+        let calico = crate::calico::CalicoApi::V3.resource();
+        let calico = EventSubject::of::<crate::calico::CalicoTier>(&calico).reference("default");
+        assert_eq!(calico.api_version.as_deref(), Some("projectcalico.org/v3"));
+        assert_eq!(calico.kind.as_deref(), Some("Tier"));
         let blocked = to_event(&TierEvent::Blocked {
             tier: "networkops".into(),
             blockers: vec!["team-a".into()],

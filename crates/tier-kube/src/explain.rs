@@ -25,28 +25,66 @@ use std::io;
 use kube::core::Status;
 use kube::runtime::watcher;
 
-/// A watcher failure in words: the step that failed and why.
+/// What the words of a failure say about the Tier resource involved: its name, where its RBAC
+/// is, and how to install it ([`ResourceHints::antrea`] unless a lister says otherwise).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceHints {
+    /// The resource as RBAC names it: `tiers.crd.antrea.io`.
+    pub resource: String,
+    /// The install file granting tierd access to it: `deploy/base/rbac.yaml`.
+    pub rbac: &'static str,
+    /// What to do when it is not installed.
+    pub install: &'static str,
+}
+
+impl ResourceHints {
+    /// Antrea's Tier CRD.
+    pub fn antrea() -> Self {
+        Self {
+            resource: crate::crd::CRD_NAME.to_owned(),
+            rbac: "deploy/base/rbac.yaml",
+            install: "install Antrea, or run `tierd crd | kubectl apply -f -`",
+        }
+    }
+}
+
+/// A watcher failure in words: the step that failed and why (about Antrea's Tiers).
 pub fn watch_error(error: &watcher::Error) -> String {
+    watch_error_about(error, &ResourceHints::antrea())
+}
+
+/// A watcher failure on the Tier resource of `hints`, in words.
+pub fn watch_error_about(error: &watcher::Error, hints: &ResourceHints) -> String {
     let (step, error) = match error {
         watcher::Error::InitialListFailed(e) => ("listing Tiers", e),
         watcher::Error::WatchStartFailed(e) => ("starting the Tier watch", e),
         watcher::Error::WatchFailed(e) => ("watching Tiers", e),
         watcher::Error::WatchError(status) => {
-            return format!("the Tier watch failed: {}", status_words(status));
+            return format!(
+                "the Tier watch failed: {}",
+                status_words_about(status, hints)
+            );
         }
         watcher::Error::NoResourceVersion => {
-            return "the API server answered a Tier list without a resourceVersion; is \
-                    tiers.crd.antrea.io served by a real API server?"
-                .to_owned();
+            return format!(
+                "the API server answered a Tier list without a resourceVersion; is {} served \
+                 by a real API server?",
+                hints.resource
+            );
         }
     };
-    format!("{step} failed: {}", client_error(error))
+    format!("{step} failed: {}", client_error_about(error, hints))
 }
 
 /// A kube client failure in words: the API server's answer, or the network error underneath.
 pub fn client_error(error: &kube::Error) -> String {
+    client_error_about(error, &ResourceHints::antrea())
+}
+
+/// [`client_error`] about the Tier resource of `hints`.
+pub fn client_error_about(error: &kube::Error, hints: &ResourceHints) -> String {
     if let kube::Error::Api(status) = error {
-        return status_words(status);
+        return status_words_about(status, hints);
     }
     // kube's wrappers (`ServiceError: ...`) repeat their source: keep the distinct causes.
     let mut causes: Vec<String> = Vec::new();
@@ -79,23 +117,32 @@ pub fn client_error(error: &kube::Error) -> String {
     }
 }
 
-/// An API `Status` in words: `403 Forbidden: <message>; <what to do>`.
+/// An API `Status` in words: `403 Forbidden: <message>; <what to do>` (about Antrea's Tiers).
 pub fn status_words(status: &Status) -> String {
+    status_words_about(status, &ResourceHints::antrea())
+}
+
+/// [`status_words`] about the Tier resource of `hints`.
+pub fn status_words_about(status: &Status, hints: &ResourceHints) -> String {
     let reason = if status.reason.is_empty() {
         "Failure"
     } else {
         &status.reason
     };
+    let ResourceHints {
+        resource,
+        rbac,
+        install,
+    } = hints;
     let hint = match (status.code, status.reason.as_str()) {
         (403, _) | (_, "Forbidden") => {
-            "; grant tierd's user get, list and watch on tiers.crd.antrea.io (see deploy/base/rbac.yaml)"
+            format!("; grant tierd's user get, list and watch on {resource} (see {rbac})")
         }
-        (401, _) | (_, "Unauthorized") => "; check the kubeconfig's credentials or token",
+        (401, _) | (_, "Unauthorized") => "; check the kubeconfig's credentials or token".into(),
         (404, _) | (_, "NotFound") => {
-            "; the Tier CRD (tiers.crd.antrea.io) is not installed: install Antrea, or run \
-             `tierd crd | kubectl apply -f -`"
+            format!("; the Tier CRD ({resource}) is not installed: {install}")
         }
-        _ => "",
+        _ => String::new(),
     };
     let message = if status.message.is_empty() {
         "no message"

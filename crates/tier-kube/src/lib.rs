@@ -1,11 +1,19 @@
-//! The Kubernetes adapter of tierd: Antrea's `Tier` CRD and the core's ports on kube-rs 5.
+//! The Kubernetes adapter of tierd: Antrea's and Calico's `Tier` resources and the core's ports
+//! on kube-rs 5.
 //!
-//! - [`crd`]: the [`Tier`] custom resource, its CRD ([`crd::crd_yaml`]) and the mapping to the
-//!   core's [`ObservedTier`](tier_core::ObservedTier).
-//! - [`lister`]: [`KubeLister`], the [`TierLister`](tier_core::TierLister) port on a
-//!   kube-runtime watcher and reflector; it also exposes the reflector's store and watch health.
-//! - [`writer`]: [`KubeWriter`], the [`TierWriter`](tier_core::TierWriter) port (POST to create,
-//!   PUT with a resourceVersion precondition to update), each call bounded by a timeout.
+//! - [`kube_tier`]: [`KubeTier`], what the shared lister and writer need of one controller's
+//!   Tier object; one implementation per controller, the machinery written once.
+//! - [`crd`]: Antrea's [`Tier`] custom resource, its CRD ([`crd::crd_yaml`]) and the mapping to
+//!   the core's [`ObservedTier`](tier_core::ObservedTier).
+//! - [`calico`]: Calico's [`CalicoTier`](calico::CalicoTier) at a configured group/version
+//!   ([`CalicoApi`](calico::CalicoApi), `projectcalico.org/v3` by default) and the mapping to
+//!   [`tier_core::calico::ObservedTier`].
+//! - [`lister`]: [`KubeLister<T>`](KubeLister), the [`TierLister`](tier_core::TierLister) port
+//!   on a kube-runtime watcher and reflector; it also exposes the reflector's store and watch
+//!   health.
+//! - [`writer`]: [`KubeWriter<T>`](KubeWriter), the [`TierWriter`](tier_core::TierWriter) port
+//!   (POST to create, PUT with a resourceVersion precondition to update), each call bounded by
+//!   a timeout.
 //! - [`certs`]: `--self-signed-cert`: a CA and serving certificate kept in a Secret
 //!   (filling the Secret the install ships empty, checked before use, renewed before expiry)
 //!   and in the webhook configuration's `caBundle`.
@@ -44,9 +52,29 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Calico's Tiers through the same machinery (the resource is the lister's configuration):
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client, writer_client: kube::Client) -> Result<(), tier_kube::ListerError> {
+//! use tier_core::calico::Calico;
+//! use tier_core::{DesiredSet, TierLister};
+//! use tier_kube::calico::{CalicoApi, CalicoTier};
+//! use tier_kube::{KubeLister, WriterConfig};
+//!
+//! let lister: KubeLister<CalicoTier> =
+//!     KubeLister::watch(client, CalicoApi::V3.resource(), Default::default())?;
+//! let writer = lister.writer(writer_client, WriterConfig::default());
+//! let desired = DesiredSet::<Calico>::calico(); // the three built-in Tiers
+//! lister.wait_synced().await;
+//! # let _ = (writer, desired);
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod auth;
 pub mod backoff;
+pub mod calico;
 pub mod certs;
 pub mod classify;
 pub mod client;
@@ -54,6 +82,7 @@ pub mod crd;
 pub mod events;
 pub mod explain;
 pub mod identity;
+pub mod kube_tier;
 pub mod lister;
 pub mod policies;
 pub mod writer;
@@ -62,6 +91,7 @@ pub use backoff::RetryBackoff;
 pub use client::{ClientError, ClientOptions};
 pub use crd::{CrdError, Tier};
 pub use identity::{ControllerIdentity, IdentityError, IdentityState};
+pub use kube_tier::KubeTier;
 pub use lister::{KubeLister, ListerError, ListerFeed, WatchStats};
 pub use policies::{ClusterNetworkPolicies, NetworkPolicies, PolicyCache};
 pub use writer::{KubeWriter, WriterConfig};

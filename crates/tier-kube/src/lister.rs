@@ -1,7 +1,8 @@
-//! [`KubeLister`]: the [`TierLister`] port on a kube-runtime reflector.
+//! [`KubeLister`]: the [`TierLister`] port on a kube-runtime reflector, for any controller's
+//! Tier object ([`KubeTier`]; Antrea's [`Tier`] by default).
 //!
-//! A `watcher` on `Api<Tier>::all` (with kube's client-go-like `default_backoff`) feeds a
-//! `reflector` that keeps a [`Store<Tier>`]. A task, spawned by [`KubeLister::start`] and
+//! A `watcher` on `Api<T>::all` (with kube's client-go-like `default_backoff`) feeds a
+//! `reflector` that keeps a [`Store<T>`]. A task, spawned by [`KubeLister::start`] and
 //! aborted when the last clone of the lister is dropped, polls that stream and, after every
 //! applied event (`Apply`, `Delete`, `InitDone`) that changed what the core can observe, bumps a
 //! generation counter published on a `tokio::sync::watch` channel.
@@ -24,6 +25,17 @@
 //! shows up in the store and bumps the generation. Errors are logged, counted and kept for
 //! metrics ([`KubeLister::watch_stats`]); the watcher retries with backoff and never gives up.
 //!
+//! # Resources
+//!
+//! The lister holds the resource it watches (`T::DynamicType`: `()` for Antrea's fixed
+//! `tiers.crd.antrea.io`, an `ApiResource` for Calico's configured group/version) and hands it
+//! to its [`writer`](KubeLister::writer). [`start`](KubeLister::start),
+//! [`start_with`](KubeLister::start_with), [`from_reflector`](KubeLister::from_reflector) and
+//! [`shared`](KubeLister::shared) are Antrea's; [`watch`](KubeLister::watch),
+//! [`watch_with_backoff`](KubeLister::watch_with_backoff),
+//! [`from_reflector_with`](KubeLister::from_reflector_with) and
+//! [`shared_with`](KubeLister::shared_with) take the resource.
+//!
 //! ```no_run
 //! # async fn example(client: kube::Client) -> Result<(), tier_kube::ListerError> {
 //! use tier_core::TierLister;
@@ -44,11 +56,14 @@ use futures::StreamExt;
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
+use tier_core::{Generation, Snapshot, TierLister};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::crd::{self, Tier};
+use crate::RetryBackoff;
+use crate::crd::Tier;
+use crate::explain::ResourceHints;
+use crate::kube_tier::{KubeTier, Observed};
 use crate::writer::{KubeWriter, WriterConfig};
 
 /// Starting a [`KubeLister`] failed.
@@ -66,27 +81,45 @@ pub struct WatchStats {
     pub lists: u64,
     /// Errors the watch stream reported (failed lists, failed or expired watches).
     pub errors: u64,
-    /// The most recent of those errors, if any, in words ([`crate::explain::watch_error`]).
+    /// The most recent of those errors, if any, in words
+    /// ([`crate::explain::watch_error_about`] the lister's resource).
     pub last_error: Option<String>,
 }
 
-/// The [`TierLister`] port on a reflector of `tiers.crd.antrea.io`. Cheap to clone; the watch
-/// task stops when the last clone is dropped.
-#[derive(Clone, Debug)]
-pub struct KubeLister {
-    inner: Arc<Inner>,
+/// The [`TierLister`] port on a reflector of one Tier resource (by default Antrea's
+/// `tiers.crd.antrea.io`). Cheap to clone; the watch task stops when the last clone is dropped.
+pub struct KubeLister<T: KubeTier = Tier> {
+    inner: Arc<Inner<T>>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    store: Store<Tier>,
+impl<T: KubeTier> Clone for KubeLister<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T: KubeTier> std::fmt::Debug for KubeLister<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeLister")
+            .field("resource", &self.inner.resource)
+            .field("cached", &self.inner.store.state().len())
+            .field("generation", &*self.inner.generation.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner<T: KubeTier> {
+    store: Store<T>,
+    resource: T::DynamicType,
     generation: watch::Receiver<Generation>,
     stats: Arc<Mutex<WatchStats>>,
     /// The task polling the reflector stream, when the lister owns it.
     task: Option<JoinHandle<()>>,
 }
 
-impl Drop for Inner {
+impl<T: KubeTier> Drop for Inner<T> {
     fn drop(&mut self) {
         if let Some(task) = &self.task {
             task.abort();
@@ -97,18 +130,26 @@ impl Drop for Inner {
 /// What an embedder's reflector stream shows a [`KubeLister::shared`] lister: call
 /// [`observe`](Self::observe) with every item the stream yields, right after the reflector
 /// yields it.
-#[derive(Debug)]
-pub struct ListerFeed {
-    store: Store<Tier>,
+pub struct ListerFeed<T: KubeTier = Tier> {
+    store: Store<T>,
+    hints: ResourceHints,
     generation: watch::Sender<Generation>,
     stats: Arc<Mutex<WatchStats>>,
-    published: Option<BTreeMap<String, ObservedTier>>,
+    published: Option<BTreeMap<String, Observed<T>>>,
 }
 
-impl ListerFeed {
+impl<T: KubeTier> std::fmt::Debug for ListerFeed<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListerFeed")
+            .field("published", &self.published.as_ref().map(BTreeMap::len))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: KubeTier> ListerFeed<T> {
     /// Takes in one item of the reflector stream (already applied to the store): counts lists
     /// and errors, and bumps the generation when what the core can observe changed.
-    pub fn observe(&mut self, event: &Result<watcher::Event<Tier>, watcher::Error>) {
+    pub fn observe(&mut self, event: &Result<watcher::Event<T>, watcher::Error>) {
         match event {
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
             Ok(
@@ -131,7 +172,7 @@ impl ListerFeed {
                 }
             }
             Err(error) => {
-                let error = crate::explain::watch_error(error);
+                let error = crate::explain::watch_error_about(error, &self.hints);
                 tracing::warn!(%error, "Tier watch failed; retrying with backoff");
                 let mut stats = lock(&self.stats);
                 stats.errors += 1;
@@ -141,14 +182,15 @@ impl ListerFeed {
     }
 }
 
-impl KubeLister {
-    /// Watches every Tier of the cluster with `watcher::Config::default()` (bookmarks on, pages
-    /// of 500). Spawns the watch task at once on the current tokio runtime.
+impl KubeLister<Tier> {
+    /// Watches every Antrea Tier of the cluster with `watcher::Config::default()` (bookmarks
+    /// on, pages of 500). Spawns the watch task at once on the current tokio runtime.
     pub fn start(client: kube::Client) -> Result<Self, ListerError> {
         Self::start_with(Api::all(client), watcher::Config::default())
     }
 
-    /// Like [`start`](Self::start), with an explicit API handle and watcher configuration.
+    /// Like [`start`](KubeLister::start), with an explicit API handle and watcher
+    /// configuration.
     pub fn start_with(api: Api<Tier>, config: watcher::Config) -> Result<Self, ListerError> {
         let (store, writer) = reflector::store();
         let events = reflector::reflector(writer, watcher(api, config).default_backoff());
@@ -162,8 +204,61 @@ impl KubeLister {
     where
         S: futures::Stream<Item = Result<watcher::Event<Tier>, watcher::Error>> + Send + 'static,
     {
+        Self::from_reflector_with((), store, events)
+    }
+
+    /// A lister on an embedder's reflector store, fed by the embedder: show the returned
+    /// [`ListerFeed`] every item of the reflector stream (see [`ListerFeed::observe`]). The
+    /// lister runs no task and no watch of its own; it never syncs if the feed is dropped
+    /// before the first complete list.
+    pub fn shared(store: Store<Tier>) -> (Self, ListerFeed) {
+        Self::shared_with((), store)
+    }
+}
+
+impl<T: KubeTier> KubeLister<T> {
+    /// Watches every Tier of `resource` (a Calico group/version, say) with `config`. Spawns the
+    /// watch task at once on the current tokio runtime.
+    pub fn watch(
+        client: kube::Client,
+        resource: T::DynamicType,
+        config: watcher::Config,
+    ) -> Result<Self, ListerError> {
+        let api = Api::<T>::all_with(client, &resource);
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+        Self::from_reflector_with(resource, store, events)
+    }
+
+    /// [`watch`](Self::watch) retrying failed lists and watches at `backoff`'s pace (tierd's
+    /// commands use [`RetryBackoff::default`], at most 2 s between attempts) instead of kube's
+    /// default backoff.
+    pub fn watch_with_backoff(
+        client: kube::Client,
+        resource: T::DynamicType,
+        config: watcher::Config,
+        backoff: RetryBackoff,
+    ) -> Result<Self, ListerError> {
+        let api = Api::<T>::all_with(client, &resource);
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let events = reflector::reflector(writer, watcher(api, config).backoff(backoff));
+        Self::from_reflector_with(resource, store, events)
+    }
+
+    /// [`from_reflector`](KubeLister::from_reflector) for `resource`: the store's writer must
+    /// have been made for the same resource (`reflector::store::Writer::new(resource)`).
+    pub fn from_reflector_with<S>(
+        resource: T::DynamicType,
+        store: Store<T>,
+        events: S,
+    ) -> Result<Self, ListerError>
+    where
+        S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+    {
         let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
-        let (mut lister, feed) = Self::shared(store);
+        let (mut lister, feed) = Self::shared_with(resource, store);
         let task = runtime.spawn(drive(events, feed));
         if let Some(inner) = Arc::get_mut(&mut lister.inner) {
             inner.task = Some(task);
@@ -171,15 +266,14 @@ impl KubeLister {
         Ok(lister)
     }
 
-    /// A lister on an embedder's reflector store, fed by the embedder: show the returned
-    /// [`ListerFeed`] every item of the reflector stream (see the [module docs](self)). The
-    /// lister runs no task and no watch of its own; it never syncs if the feed is dropped
-    /// before the first complete list.
-    pub fn shared(store: Store<Tier>) -> (Self, ListerFeed) {
+    /// [`shared`](KubeLister::shared) for `resource` (see
+    /// [`from_reflector_with`](Self::from_reflector_with)).
+    pub fn shared_with(resource: T::DynamicType, store: Store<T>) -> (Self, ListerFeed<T>) {
         let (generation_tx, generation) = watch::channel(0);
         let stats = Arc::new(Mutex::new(WatchStats::default()));
         let feed = ListerFeed {
             store: store.clone(),
+            hints: T::hints(&resource),
             generation: generation_tx,
             stats: stats.clone(),
             published: None,
@@ -187,6 +281,7 @@ impl KubeLister {
         let lister = Self {
             inner: Arc::new(Inner {
                 store,
+                resource,
                 generation,
                 stats,
                 task: None,
@@ -195,16 +290,21 @@ impl KubeLister {
         (lister, feed)
     }
 
-    /// A [`KubeWriter`] whose updates start from this lister's store, the only safe base (see
-    /// [`writer`](mod@crate::writer)). `client` should have kube's retry layer off
-    /// ([`client::writer_client`](crate::client::writer_client)).
-    pub fn writer(&self, client: kube::Client, config: WriterConfig) -> KubeWriter {
-        KubeWriter::new(client, self.store(), config)
+    /// A [`KubeWriter`] for this lister's resource whose updates start from this lister's
+    /// store, the only safe base (see [`KubeWriter`]). `client` should have
+    /// kube's retry layer off ([`client::writer_client`](crate::client::writer_client)).
+    pub fn writer(&self, client: kube::Client, config: WriterConfig) -> KubeWriter<T> {
+        KubeWriter::new_with(client, self.inner.resource.clone(), self.store(), config)
     }
 
     /// The reflector's store of full Tier objects (for a webhook, or the writer's updates).
-    pub fn store(&self) -> Store<Tier> {
+    pub fn store(&self) -> Store<T> {
         self.inner.store.clone()
+    }
+
+    /// The resource this lister watches.
+    pub fn resource(&self) -> &T::DynamicType {
+        &self.inner.resource
     }
 
     /// The current generation: 0 until the first complete list.
@@ -216,49 +316,72 @@ impl KubeLister {
     pub fn watch_stats(&self) -> WatchStats {
         lock(&self.inner.stats).clone()
     }
-}
 
-#[async_trait]
-impl TierLister for KubeLister {
     /// Resolves at the first complete list; never if the watch task is gone.
-    async fn wait_synced(&self) {
-        self.changed(0).await;
+    async fn synced(&self) {
+        self.next(0).await;
     }
 
-    fn snapshot(&self) -> Snapshot {
-        let generation = self.generation();
-        if generation == 0 {
-            return Snapshot::default();
-        }
-        Snapshot {
-            generation,
-            tiers: Some(Arc::new(observed(&self.inner.store))),
-        }
-    }
-
-    async fn changed(&self, seen: Generation) {
+    /// Resolves once the generation is greater than `seen`; never if the watch task is gone.
+    async fn next(&self, seen: Generation) {
         let mut generation = self.inner.generation.clone();
         if generation.wait_for(|g| *g > seen).await.is_err() {
             // The task ended (it never does while the lister lives): nothing will change.
             std::future::pending::<()>().await;
         }
     }
+
+    /// The generation and, once synced, every cached Tier as the core sees it (generation
+    /// read first).
+    fn view(&self) -> (Generation, Option<BTreeMap<String, Observed<T>>>) {
+        let generation = self.generation();
+        if generation == 0 {
+            return (0, None);
+        }
+        (generation, Some(observed(&self.inner.store)))
+    }
+}
+
+#[async_trait]
+impl<T: KubeTier> TierLister<T::Controller> for KubeLister<T> {
+    /// Resolves at the first complete list; never if the watch task is gone.
+    async fn wait_synced(&self) {
+        self.synced().await;
+    }
+
+    fn snapshot(&self) -> Snapshot<T::Controller> {
+        match self.view() {
+            (generation, Some(tiers)) => Snapshot {
+                generation,
+                tiers: Some(Arc::new(tiers)),
+            },
+            (_, None) => Snapshot::default(),
+        }
+    }
+
+    async fn changed(&self, seen: Generation) {
+        self.next(seen).await;
+    }
 }
 
 /// Everything the store holds, as the core sees it.
-fn observed(store: &Store<Tier>) -> BTreeMap<String, ObservedTier> {
+fn observed<T: KubeTier>(store: &Store<T>) -> BTreeMap<String, Observed<T>> {
     store
         .state()
         .iter()
-        .map(|tier| crd::observe(tier))
-        .map(|tier| (tier.name.clone(), tier))
+        .map(|object| {
+            (
+                kube::ResourceExt::name_any(object.as_ref()),
+                object.observe(),
+            )
+        })
         .collect()
 }
 
 /// Polls the reflector stream forever, showing every item to `feed`.
-async fn drive<S>(events: S, mut feed: ListerFeed)
+async fn drive<T: KubeTier, S>(events: S, mut feed: ListerFeed<T>)
 where
-    S: futures::Stream<Item = Result<watcher::Event<Tier>, watcher::Error>>,
+    S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>>,
 {
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
@@ -267,8 +390,6 @@ where
     tracing::error!("Tier watch stream ended; the Tier cache will no longer change");
 }
 
-/// A watch error in words, for `/readyz?verbose` and metrics: what failed, the API server's
-/// code, reason and message, and what to check; never kube's `Debug` dump of the `Status`.
 fn lock(stats: &Mutex<WatchStats>) -> std::sync::MutexGuard<'_, WatchStats> {
     stats.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -280,7 +401,7 @@ mod tests {
     use futures::channel::mpsc;
 
     use super::*;
-    use crate::crd::TierSpec;
+    use crate::crd::{self, TierSpec};
 
     #[test]
     fn watch_errors_are_described_in_words() {

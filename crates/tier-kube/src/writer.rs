@@ -37,19 +37,22 @@
 //! writer.create(&TierSpec::new("emergency", 50, "[READ-ONLY]: System generated Emergency Tier")).await.ok();
 //! # }
 //! ```
+//!
+//! The writer is generic over the Tier object ([`KubeTier`]): Antrea's [`Tier`] by default,
+//! Calico's with the resource (group/version) its lister watches.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use http::StatusCode;
-use kube::Resource;
 use kube::api::PostParams;
 use kube::client::Body;
 use kube::runtime::reflector::{ObjectRef, Store};
-use tier_core::{ErrorClass, TierSpec as Desired, TierWriter, WriteError};
+use tier_core::{DesiredTier, ErrorClass, TierWriter, WriteError};
 
 use crate::classify;
-use crate::crd::{Tier, TierSpec};
+use crate::crd::Tier;
+use crate::kube_tier::{Desired, KubeTier};
 
 /// The default field manager of tierd's writes.
 pub const DEFAULT_FIELD_MANAGER: &str = "tierd";
@@ -76,35 +79,67 @@ impl Default for WriterConfig {
     }
 }
 
-/// The [`TierWriter`] port: creates and replaces `tiers.crd.antrea.io` objects.
-#[derive(Clone)]
-pub struct KubeWriter {
+/// The [`TierWriter`] port: creates and replaces Tier objects of one resource (by default
+/// Antrea's `tiers.crd.antrea.io`). An update is a PUT of the object cached in the lister's
+/// store with the desired fields set, on the decided resourceVersion (every other field kept);
+/// a Tier no longer cached is stale without a request. Every call is cut after the call
+/// timeout and never retried.
+pub struct KubeWriter<T: KubeTier = Tier> {
     client: kube::Client,
     request: kube::core::Request,
-    store: Store<Tier>,
+    store: Store<T>,
+    resource: T::DynamicType,
     config: WriterConfig,
 }
 
-impl std::fmt::Debug for KubeWriter {
+impl<T: KubeTier> Clone for KubeWriter<T> {
+    fn clone(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            request: self.request.clone(),
+            store: self.store.clone(),
+            resource: self.resource.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<T: KubeTier> std::fmt::Debug for KubeWriter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeWriter")
+            .field("resource", &self.resource)
             .field("cached", &self.store.state().len())
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
-impl KubeWriter {
-    /// A writer on `client` whose updates start from the objects in `store`: the reflector
+impl KubeWriter<Tier> {
+    /// An Antrea Tier writer on `client` whose updates start from the objects in `store`: the reflector
     /// store the core observes through (the lister's, see
     /// [`KubeLister::store`](crate::KubeLister::store), or simply use
     /// [`KubeLister::writer`](crate::KubeLister::writer)). `client` should have kube's retry
     /// layer off ([`client::writer_client`](crate::client::writer_client)).
     pub fn new(client: kube::Client, store: Store<Tier>, config: WriterConfig) -> Self {
+        Self::new_with(client, (), store, config)
+    }
+}
+
+impl<T: KubeTier> KubeWriter<T> {
+    /// [`new`](KubeWriter::new) for `resource` (a Calico group/version, say): `store` must be
+    /// a store of the same resource ([`KubeLister::writer`](crate::KubeLister::writer) passes
+    /// its own).
+    pub fn new_with(
+        client: kube::Client,
+        resource: T::DynamicType,
+        store: Store<T>,
+        config: WriterConfig,
+    ) -> Self {
         Self {
             client,
-            request: kube::core::Request::new(Tier::url_path(&(), None)),
+            request: kube::core::Request::new(T::url_path(&resource, None)),
             store,
+            resource,
             config,
         }
     }
@@ -121,23 +156,44 @@ impl KubeWriter {
         }
     }
 
-    /// The body of an update: the cached object with the desired spec, on `resource_version`.
+    /// The body of an update: the cached object with the desired fields, on
+    /// `resource_version`.
     ///
     /// # Errors
     ///
     /// Stale when the Tier is not cached: it was deleted since the core observed it.
-    fn replacement(&self, desired: &Desired, resource_version: &str) -> Result<Tier, WriteError> {
-        let Some(cached) = self.store.get(&ObjectRef::new(&desired.name)) else {
+    fn replacement(&self, desired: &Desired<T>, resource_version: &str) -> Result<T, WriteError> {
+        let name = desired.name();
+        let key = ObjectRef::new_with(name, self.resource.clone());
+        let Some(cached) = self.store.get(&key) else {
             return Err(WriteError::stale(format!(
-                "Tier {} is no longer in the Tier cache (deleted since it was observed); \
-                 not updating it from scratch",
-                desired.name
+                "Tier {name} is no longer in the Tier cache (deleted since it was observed); \
+                 not updating it from scratch"
             )));
         };
         let mut object = (*cached).clone();
-        object.spec = TierSpec::from_desired(desired);
-        object.metadata.resource_version = Some(resource_version.to_owned());
+        object.set_desired(desired);
+        object.meta_mut().resource_version = Some(resource_version.to_owned());
         Ok(object)
+    }
+
+    /// POSTs a fresh object for `desired`.
+    async fn create_object(&self, desired: &Desired<T>) -> Result<(), WriteError> {
+        let body = to_json(&T::object(desired, &self.resource))?;
+        let request = self.request.create(&self.params(), body);
+        self.send("create", desired.name(), request).await
+    }
+
+    /// PUTs the cached object with `desired`'s fields, on `resource_version`.
+    async fn update_object(
+        &self,
+        desired: &Desired<T>,
+        resource_version: &str,
+    ) -> Result<(), WriteError> {
+        let body = to_json(&self.replacement(desired, resource_version)?)?;
+        let name = desired.name();
+        let request = self.request.replace(name, &self.params(), body);
+        self.send("replace", name, request).await
     }
 
     /// Sends one request, bounded by the call timeout, and classifies the answer.
@@ -164,7 +220,7 @@ impl KubeWriter {
             match classify::classify_response(parts.status, &parts.headers, &body) {
                 None => Ok(()),
                 Some(error) if verb == "create" && parts.status == StatusCode::NOT_FOUND => {
-                    Err(missing_resource(error))
+                    Err(missing_resource(error, &T::resource_name(&self.resource)))
                 }
                 Some(error) => Err(error),
             }
@@ -181,37 +237,29 @@ impl KubeWriter {
 }
 
 #[async_trait]
-impl TierWriter for KubeWriter {
-    async fn create(&self, tier: &Desired) -> Result<(), WriteError> {
-        let body = to_json(&Tier::from_desired(tier))?;
-        let request = self.request.create(&self.params(), body);
-        self.send("create", &tier.name, request).await
+impl<T: KubeTier> TierWriter<T::Controller> for KubeWriter<T> {
+    async fn create(&self, tier: &Desired<T>) -> Result<(), WriteError> {
+        self.create_object(tier).await
     }
 
-    async fn update(&self, tier: &Desired, resource_version: &str) -> Result<(), WriteError> {
-        let body = to_json(&self.replacement(tier, resource_version)?)?;
-        let request = self.request.replace(&tier.name, &self.params(), body);
-        self.send("replace", &tier.name, request).await
+    async fn update(&self, tier: &Desired<T>, resource_version: &str) -> Result<(), WriteError> {
+        self.update_object(tier, resource_version).await
     }
 }
 
 /// A create answered 404: no object is involved (Tiers are cluster-scoped), so the resource
 /// itself is missing. That is not stale: the Tier type is not installed until someone installs
-/// the CRD.
-fn missing_resource(error: WriteError) -> WriteError {
+/// the CRD (`resource`, `tiers.crd.antrea.io` say).
+fn missing_resource(error: WriteError, resource: &str) -> WriteError {
     WriteError {
         class: ErrorClass::NotInstalled,
-        message: format!(
-            "{}; is the Tier CRD ({}) installed?",
-            error.message,
-            crate::crd::CRD_NAME
-        ),
+        message: format!("{}; is the Tier CRD ({resource}) installed?", error.message),
         retry_after: error.retry_after,
         permission: None,
     }
 }
 
-fn to_json(tier: &Tier) -> Result<Vec<u8>, WriteError> {
+fn to_json<T: serde::Serialize>(tier: &T) -> Result<Vec<u8>, WriteError> {
     serde_json::to_vec(tier).map_err(|error| {
         WriteError::denied(format!(
             "cannot serialize Tier (a bug, please report it): {error}"
@@ -238,7 +286,7 @@ mod tests {
         let (store, mut writer) = reflector::store();
         let mut cached = Tier::new(
             "platform",
-            TierSpec {
+            crate::crd::TierSpec {
                 priority: 7,
                 description: Some("drifted".into()),
             },
@@ -249,14 +297,14 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
 
         let kube_writer = KubeWriter::new(client(), store, WriterConfig::default());
-        let desired = Desired::new("platform", 200, "");
+        let desired = tier_core::TierSpec::new("platform", 200, "");
         let object = kube_writer.replacement(&desired, "8").unwrap();
         assert_eq!(object.metadata.resource_version.as_deref(), Some("8"));
         assert_eq!(object.metadata.labels, cached.metadata.labels);
         assert_eq!(object.metadata.annotations, cached.metadata.annotations);
         assert_eq!(
             object.spec,
-            TierSpec {
+            crate::crd::TierSpec {
                 priority: 200,
                 description: None
             }
@@ -268,7 +316,7 @@ mod tests {
         // The trap this type makes impossible: a PUT of a bare object would null the labels.
         let (store, _feed) = reflector::store::<Tier>();
         let kube_writer = KubeWriter::new(client(), store, WriterConfig::default());
-        let desired = Desired::new("platform", 200, "d");
+        let desired = tier_core::TierSpec::new("platform", 200, "d");
         let error = kube_writer.replacement(&desired, "3").unwrap_err();
         assert_eq!(error.class, ErrorClass::Stale);
         assert!(
@@ -286,5 +334,49 @@ mod tests {
         let config = WriterConfig::default();
         assert_eq!(config.field_manager, "tierd");
         assert_eq!(config.call_timeout, Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_calico_writer_writes_its_resource_from_the_cached_object() {
+        use crate::calico::{CalicoApi, CalicoTier, DefaultAction};
+        let resource = CalicoApi::V3.resource();
+        let mut feed = reflector::store::Writer::new(resource.clone());
+        let store = feed.as_reader();
+        let cached: CalicoTier = serde_json::from_value(serde_json::json!({
+            "apiVersion": "projectcalico.org/v3", "kind": "Tier",
+            "metadata": {"name": "default", "resourceVersion": "9", "labels": {"team": "net"}},
+            "spec": {"order": 5, "futureField": 1}
+        }))
+        .unwrap();
+        feed.apply_watcher_event(&watcher::Event::Apply(cached.clone()));
+        let writer = KubeWriter::new_with(client(), resource, store, WriterConfig::default());
+        let desired = tier_core::calico::TierSpec::new(
+            "default",
+            Some(tier_core::calico::DEFAULT_ORDER),
+            DefaultAction::Deny,
+        );
+        let object = writer.replacement(&desired, "8").unwrap();
+        assert_eq!(object.metadata.resource_version.as_deref(), Some("8"));
+        assert_eq!(object.metadata.labels, cached.metadata.labels);
+        assert_eq!(object.spec.order, Some(1_000_000.0));
+        assert_eq!(object.spec.default_action, Some(DefaultAction::Deny));
+        assert_eq!(object.spec.other, cached.spec.other);
+        let create = writer.request.create(&writer.params(), Vec::new()).unwrap();
+        assert_eq!(
+            create.uri().to_string(),
+            "/apis/projectcalico.org/v3/tiers?&fieldManager=tierd"
+        );
+        let replace = writer
+            .request
+            .replace("default", &writer.params(), Vec::new())
+            .unwrap();
+        assert_eq!(
+            replace.uri().path(),
+            "/apis/projectcalico.org/v3/tiers/default"
+        );
+        // Uncached: stale, as for Antrea.
+        let other = tier_core::calico::TierSpec::new("gone", None, DefaultAction::Pass);
+        let error = writer.replacement(&other, "1").unwrap_err();
+        assert_eq!(error.class, ErrorClass::Stale);
     }
 }

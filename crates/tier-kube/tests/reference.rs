@@ -39,7 +39,10 @@ fn examples() -> Vec<TierEvent> {
     let tier = || "networkops".to_owned();
     vec![
         TierEvent::Created { tier: tier() },
-        TierEvent::Corrected { tier: tier() },
+        TierEvent::Corrected {
+            tier: tier(),
+            fields: "priority and description",
+        },
         TierEvent::Blocked {
             tier: tier(),
             blockers: vec!["team-a".into()],

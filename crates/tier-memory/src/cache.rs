@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tier_core::{Generation, ObservedTier, Snapshot, TierLister};
+use tier_core::{Antrea, CachedTier, Controller, Generation, Snapshot, TierLister};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -77,23 +77,31 @@ impl CacheConfig {
 
 /// A cache of the cluster's Tiers, implementing [`TierLister`]. Cheap to clone; clones share
 /// the cache.
-#[derive(Clone, Debug)]
-pub struct MemoryLister {
-    shared: Arc<CacheShared>,
+#[derive(Debug)]
+pub struct MemoryLister<C: Controller = Antrea> {
+    shared: Arc<CacheShared<C>>,
+}
+
+impl<C: Controller> Clone for MemoryLister<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
 }
 
 /// The state shared by a cache's handles and the cluster that feeds it.
 #[derive(Debug)]
-pub(crate) struct CacheShared {
-    state: Mutex<CacheState>,
+pub(crate) struct CacheShared<C: Controller> {
+    state: Mutex<CacheState<C>>,
     notify: Notify,
 }
 
 #[derive(Debug)]
-struct CacheState {
-    view: Arc<BTreeMap<String, ObservedTier>>,
+struct CacheState<C: Controller> {
+    view: Arc<BTreeMap<String, C::Observed>>,
     /// Changes written but not visible yet, with the instant they become visible.
-    pending: VecDeque<(Instant, Change)>,
+    pending: VecDeque<(Instant, Change<C>)>,
     /// Changes applied to `view` so far.
     applied: u64,
     synced: bool,
@@ -101,7 +109,7 @@ struct CacheState {
     lag: Duration,
 }
 
-impl CacheState {
+impl<C: Controller> CacheState<C> {
     /// Applies every change due at `now` and syncs if the sync deadline passed.
     fn catch_up(&mut self, now: Instant) {
         if self.sync_at.is_some_and(|at| at <= now) {
@@ -118,7 +126,7 @@ impl CacheState {
             let view = Arc::make_mut(&mut self.view);
             match change {
                 Change::Put(tier) => {
-                    view.insert(tier.name.clone(), tier);
+                    view.insert(tier.name().to_owned(), tier);
                 }
                 Change::Delete(name) => {
                     view.remove(&name);
@@ -142,7 +150,7 @@ impl CacheState {
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Snapshot<C> {
         Snapshot {
             generation: self.generation(),
             tiers: self.synced.then(|| Arc::clone(&self.view)),
@@ -158,9 +166,9 @@ fn later(now: Instant, delay: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-impl CacheShared {
+impl<C: Controller> CacheShared<C> {
     /// Queues `change`, written now, to become visible after the lag.
-    pub(crate) fn push(&self, change: Change) {
+    pub(crate) fn push(&self, change: Change<C>) {
         let now = Instant::now();
         {
             let mut state = lock(&self.state);
@@ -176,9 +184,9 @@ impl CacheShared {
     }
 }
 
-impl MemoryLister {
+impl<C: Controller> MemoryLister<C> {
     /// A cache whose first list returns `tiers`.
-    pub(crate) fn new(config: CacheConfig, tiers: Arc<BTreeMap<String, ObservedTier>>) -> Self {
+    pub(crate) fn new(config: CacheConfig, tiers: Arc<BTreeMap<String, C::Observed>>) -> Self {
         let (synced, sync_at) = match config.sync {
             SyncMode::Immediate => (true, None),
             SyncMode::Manual => (false, None),
@@ -201,12 +209,12 @@ impl MemoryLister {
     }
 
     /// The shared state, for the cluster to feed.
-    pub(crate) fn shared(&self) -> &Arc<CacheShared> {
+    pub(crate) fn shared(&self) -> &Arc<CacheShared<C>> {
         &self.shared
     }
 
     /// What the cache shows now, `None` before sync (what a webhook reading it sees).
-    pub(crate) fn view_now(&self) -> Option<Arc<BTreeMap<String, ObservedTier>>> {
+    pub(crate) fn view_now(&self) -> Option<Arc<BTreeMap<String, C::Observed>>> {
         self.read(CacheState::snapshot).tiers
     }
 
@@ -253,7 +261,7 @@ impl MemoryLister {
         self.read(|state| state.pending.len())
     }
 
-    fn read<T>(&self, f: impl FnOnce(&CacheState) -> T) -> T {
+    fn read<T>(&self, f: impl FnOnce(&CacheState<C>) -> T) -> T {
         let mut state = lock(&self.shared.state);
         state.catch_up(Instant::now());
         f(&state)
@@ -261,7 +269,7 @@ impl MemoryLister {
 
     /// Waits until `ready` holds for the cache, re-checking on every change and deadline.
     /// Cancel-safe: it holds nothing between polls but a registration with the notifier.
-    async fn wait_until(&self, ready: impl Fn(&CacheState) -> bool + Send) {
+    async fn wait_until(&self, ready: impl Fn(&CacheState<C>) -> bool + Send) {
         loop {
             let mut notified = pin!(self.shared.notify.notified());
             notified.as_mut().enable();
@@ -285,12 +293,12 @@ impl MemoryLister {
 }
 
 #[async_trait]
-impl TierLister for MemoryLister {
+impl<C: Controller> TierLister<C> for MemoryLister<C> {
     async fn wait_synced(&self) {
         self.wait_until(|state| state.synced).await;
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Snapshot<C> {
         self.read(CacheState::snapshot)
     }
 

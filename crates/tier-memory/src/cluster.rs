@@ -1,7 +1,8 @@
 //! [`MemoryCluster`]: the handle to one in-memory Tier cluster, and its builder.
 //!
-//! The cluster is the API server: a store (what etcd holds) behind a lock, Antrea's
-//! [admission](crate::admission) on the write path, the caches it feeds, the
+//! The cluster is the API server of one controller's Tiers ([`Backend`]; Antrea by default,
+//! [`MemoryCluster::calico`] for Calico): a store (what etcd holds) behind a lock, the
+//! controller's schema and policy (Antrea's [admission](crate::admission)) on the write path, the caches it feeds, the
 //! [faults](crate::faults) script and the [call log](crate::calls). It implements both ports
 //! itself (through its default cache and the writer client [`DEFAULT_CLIENT`]); more caches and
 //! writers model more initializers.
@@ -12,7 +13,8 @@
 //! |---|---|
 //! | `create` (port) | schema (422), webhook (400/500), AlreadyExists (409) |
 //! | `update` (port) | NotFound (404), resourceVersion missing (422) or stale (409), schema, webhook reachable |
-//! | `create_raw`, `put_raw`, `edit`, `delete` | like `create`/`update` but without admission |
+//! | `create_raw`, `put_raw`, `edit` | like `create`/`update` but without admission (the schema still applies) |
+//! | `delete` | NotFound (404); only a policy that guards deletes (Calico's built-ins) |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -35,15 +37,17 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tier_core::{Generation, ObservedTier, Snapshot, TierLister, TierSpec, TierWriter, WriteError};
+use tier_core::calico::Calico;
+use tier_core::{Antrea, DesiredTier, Generation, Snapshot, TierLister, TierWriter, WriteError};
 
-use crate::admission::{Admission, AdmissionView};
+use crate::admission::AdmissionView;
+use crate::backend::Backend;
 use crate::cache::{CacheConfig, CacheShared, MemoryLister, SyncMode};
 use crate::calls::{CallLog, Recorder};
 use crate::error::ApiError;
 use crate::faults::Faults;
 use crate::lock;
-use crate::store::{Store, Written, validate};
+use crate::store::{Store, Written};
 use crate::writer::MemoryWriter;
 
 /// The client name of the cluster's own writer.
@@ -54,34 +58,43 @@ pub const DEFAULT_CLIENT: &str = "tierd";
 /// It is a [`TierLister`] (its default cache) and a [`TierWriter`] (client [`DEFAULT_CLIENT`]).
 /// Build it inside the tokio runtime that uses it, so that its clock is the runtime's (virtual
 /// under paused time).
-#[derive(Clone, Debug)]
-pub struct MemoryCluster {
-    inner: Arc<ClusterInner>,
-    writer: MemoryWriter,
+#[derive(Debug)]
+pub struct MemoryCluster<C: Backend = Antrea> {
+    inner: Arc<ClusterInner<C>>,
+    writer: MemoryWriter<C>,
+}
+
+impl<C: Backend> Clone for MemoryCluster<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            writer: self.writer.clone(),
+        }
+    }
 }
 
 /// The shared state of a cluster.
 #[derive(Debug)]
-pub(crate) struct ClusterInner {
-    server: Mutex<Server>,
+pub(crate) struct ClusterInner<C: Backend> {
+    server: Mutex<Server<C>>,
     /// The default cache, also what an [`AdmissionView::Cache`] webhook reads.
-    informer: MemoryLister,
+    informer: MemoryLister<C>,
     pub(crate) faults: Faults,
     pub(crate) recorder: Recorder,
 }
 
 /// What the server lock guards. Lock order: the server, then a cache.
 #[derive(Debug)]
-struct Server {
-    store: Store,
-    caches: Vec<Weak<CacheShared>>,
-    admission: Option<Admission>,
+struct Server<C: Backend> {
+    store: Store<C>,
+    caches: Vec<Weak<CacheShared<C>>>,
+    admission: Option<C::Policy>,
     webhook_reachable: bool,
 }
 
-impl Server {
+impl<C: Backend> Server<C> {
     /// Hands a write's change to every live cache.
-    fn emit(&mut self, written: &Written) {
+    fn emit(&mut self, written: &Written<C>) {
         if let Some(change) = &written.change {
             self.caches.retain(|cache| match cache.upgrade() {
                 Some(cache) => {
@@ -94,27 +107,27 @@ impl Server {
     }
 }
 
-impl ClusterInner {
-    fn admit_create(&self, server: &Server, tier: &TierSpec) -> Result<(), ApiError> {
+impl<C: Backend> ClusterInner<C> {
+    fn admit_create(&self, server: &Server<C>, tier: &C::Spec) -> Result<(), ApiError> {
         let Some(admission) = &server.admission else {
             return Ok(());
         };
         if !server.webhook_reachable {
             return Err(ApiError::WebhookUnreachable);
         }
-        match admission.view {
-            AdmissionView::Store => admission.review_create(server.store.tiers(), tier),
+        match C::view(admission) {
+            AdmissionView::Store => C::review_create(admission, server.store.tiers(), tier),
             AdmissionView::Cache => {
                 let view = self.informer.view_now().unwrap_or_default();
-                admission.review_create(&view, tier)
+                C::review_create(admission, &view, tier)
             }
         }
     }
 
     /// The port's create: schema, admission, then AlreadyExists.
-    pub(crate) fn create(&self, tier: &TierSpec) -> Result<Written, ApiError> {
+    pub(crate) fn create(&self, tier: &C::Spec) -> Result<Written<C>, ApiError> {
         let mut server = lock(&self.server);
-        validate(tier)?;
+        C::check_schema(tier)?;
         self.admit_create(&server, tier)?;
         let written = server.store.create(tier)?;
         server.emit(&written);
@@ -125,12 +138,12 @@ impl ClusterInner {
     /// controller's updates but must be reachable).
     pub(crate) fn update(
         &self,
-        tier: &TierSpec,
+        tier: &C::Spec,
         resource_version: &str,
-    ) -> Result<Written, ApiError> {
+    ) -> Result<Written<C>, ApiError> {
         let mut server = lock(&self.server);
-        server.store.precondition(&tier.name, resource_version)?;
-        validate(tier)?;
+        server.store.precondition(tier.name(), resource_version)?;
+        C::check_schema(tier)?;
         if server.admission.is_some() && !server.webhook_reachable {
             return Err(ApiError::WebhookUnreachable);
         }
@@ -140,31 +153,43 @@ impl ClusterInner {
     }
 }
 
-impl Default for MemoryCluster {
+impl<C: Backend> Default for MemoryCluster<C> {
+    /// An empty cluster with the controller's policy and a synced, non-lagging default cache.
     fn default() -> Self {
-        Self::new()
+        ClusterBuilder::default().build()
     }
 }
 
 impl MemoryCluster {
-    /// An empty cluster with Antrea's admission and a synced, non-lagging default cache.
+    /// An empty Antrea cluster with Antrea's admission and a synced, non-lagging default cache.
     pub fn new() -> Self {
-        Self::builder().build()
+        Self::default()
     }
 
-    /// A builder for a cluster with a given starting content and configuration.
+    /// A builder for an Antrea cluster with a given starting content and configuration.
     pub fn builder() -> ClusterBuilder {
         ClusterBuilder::default()
     }
+}
 
+impl MemoryCluster<Calico> {
+    /// An empty Calico cluster: Calico's schema (built-in Tiers pinned) and the protection of
+    /// its built-in Tiers from deletion; a synced, non-lagging default cache. For any
+    /// controller, `MemoryCluster::<C>::default()` and `ClusterBuilder::<C>::default()`.
+    pub fn calico() -> Self {
+        Self::default()
+    }
+}
+
+impl<C: Backend> MemoryCluster<C> {
     /// The default cache (what the cluster's own [`TierLister`] implementation reads).
-    pub fn lister(&self) -> MemoryLister {
+    pub fn lister(&self) -> MemoryLister<C> {
         self.inner.informer.clone()
     }
 
     /// A new, independent cache of this cluster (another initializer's informer); its first
     /// list returns the store's content now.
-    pub fn cache(&self, config: CacheConfig) -> MemoryLister {
+    pub fn cache(&self, config: CacheConfig) -> MemoryLister<C> {
         let mut server = lock(&self.inner.server);
         let cache = MemoryLister::new(config, Arc::clone(server.store.tiers()));
         server.caches.push(Arc::downgrade(cache.shared()));
@@ -172,7 +197,7 @@ impl MemoryCluster {
     }
 
     /// A writer recording its calls under `client`.
-    pub fn writer(&self, client: &str) -> MemoryWriter {
+    pub fn writer(&self, client: &str) -> MemoryWriter<C> {
         MemoryWriter::new(Arc::clone(&self.inner), client)
     }
 
@@ -192,12 +217,12 @@ impl MemoryCluster {
     }
 
     /// The stored Tier called `name` (the truth, not a cache's view).
-    pub fn get(&self, name: &str) -> Option<ObservedTier> {
+    pub fn get(&self, name: &str) -> Option<C::Observed> {
         lock(&self.inner.server).store.tiers().get(name).cloned()
     }
 
     /// Every stored Tier by name.
-    pub fn tiers(&self) -> BTreeMap<String, ObservedTier> {
+    pub fn tiers(&self) -> BTreeMap<String, C::Observed> {
         lock(&self.inner.server).store.tiers().as_ref().clone()
     }
 
@@ -206,13 +231,14 @@ impl MemoryCluster {
         lock(&self.inner.server).store.revision()
     }
 
-    /// Replaces the admission configuration (`None`: no webhook).
-    pub fn set_admission(&self, admission: Option<Admission>) {
+    /// Replaces the policy on the write path (`None`: no webhook, no admission policy).
+    pub fn set_admission(&self, admission: Option<C::Policy>) {
         lock(&self.inner.server).admission = admission;
     }
 
     /// Makes the webhook (un)reachable. While unreachable, port writes fail with a transient
-    /// 500 `failed calling webhook`, as when the controller is not Ready yet.
+    /// 500 `failed calling webhook` (Antrea's, by name), as when the controller is not Ready
+    /// yet. Models Antrea's webhook only: Calico's policy runs inside the API server.
     pub fn set_webhook_reachable(&self, reachable: bool) {
         lock(&self.inner.server).webhook_reachable = reachable;
     }
@@ -222,11 +248,11 @@ impl MemoryCluster {
     /// # Errors
     ///
     /// `Invalid` (schema) or `AlreadyExists`.
-    pub fn create_raw(&self, tier: &TierSpec) -> Result<ObservedTier, ApiError> {
-        validate(tier)?;
+    pub fn create_raw(&self, tier: &C::Spec) -> Result<C::Observed, ApiError> {
+        C::check_schema(tier)?;
         let mut server = lock(&self.inner.server);
         let written = server.store.create(tier)?;
-        tracing::debug!(tier = %tier.name, "raw create");
+        tracing::debug!(tier = %tier.name(), "raw create");
         server.emit(&written);
         Ok(written.tier)
     }
@@ -236,22 +262,27 @@ impl MemoryCluster {
     /// # Errors
     ///
     /// `Invalid` (schema).
-    pub fn put_raw(&self, tier: &TierSpec) -> Result<ObservedTier, ApiError> {
-        validate(tier)?;
+    pub fn put_raw(&self, tier: &C::Spec) -> Result<C::Observed, ApiError> {
+        C::check_schema(tier)?;
         let mut server = lock(&self.inner.server);
         let written = server.store.put(tier);
-        tracing::debug!(tier = %tier.name, "raw put");
+        tracing::debug!(tier = %tier.name(), "raw put");
         server.emit(&written);
         Ok(written.tier)
     }
 
-    /// Another actor deletes the Tier `name`, bypassing admission. Returns the deleted Tier.
+    /// Another actor deletes the Tier `name`. Antrea's webhook is bypassed; a policy that
+    /// guards deletes (Calico's protection of its built-in Tiers) is not. Returns the deleted
+    /// Tier.
     ///
     /// # Errors
     ///
-    /// `NotFound`.
-    pub fn delete(&self, name: &str) -> Result<ObservedTier, ApiError> {
+    /// The policy's refusal, or `NotFound`.
+    pub fn delete(&self, name: &str) -> Result<C::Observed, ApiError> {
         let mut server = lock(&self.inner.server);
+        if let Some(policy) = &server.admission {
+            C::review_delete(policy, name)?;
+        }
         let written = server.store.delete(name)?;
         tracing::debug!(tier = %name, "raw delete");
         server.emit(&written);
@@ -265,20 +296,19 @@ impl MemoryCluster {
     /// # Errors
     ///
     /// `NotFound`, `Invalid` (schema) or `Conflict` if the Tier changed meanwhile.
-    pub fn edit(
-        &self,
-        name: &str,
-        f: impl FnOnce(&mut TierSpec),
-    ) -> Result<ObservedTier, ApiError> {
+    pub fn edit(&self, name: &str, f: impl FnOnce(&mut C::Spec)) -> Result<C::Observed, ApiError> {
         let current = self.get(name).ok_or_else(|| ApiError::NotFound {
+            resource: C::RESOURCE,
             name: name.to_owned(),
         })?;
-        let mut tier = TierSpec::new(name, current.priority, current.description);
+        let mut tier = C::spec_of(&current);
         f(&mut tier);
-        name.clone_into(&mut tier.name);
-        validate(&tier)?;
+        C::rename(&mut tier, name);
+        C::check_schema(&tier)?;
         let mut server = lock(&self.inner.server);
-        server.store.precondition(name, &current.resource_version)?;
+        server
+            .store
+            .precondition(name, tier_core::CachedTier::resource_version(&current))?;
         let written = server.store.put(&tier);
         tracing::debug!(tier = %name, "raw edit");
         server.emit(&written);
@@ -287,12 +317,12 @@ impl MemoryCluster {
 }
 
 #[async_trait]
-impl TierLister for MemoryCluster {
+impl<C: Backend> TierLister<C> for MemoryCluster<C> {
     async fn wait_synced(&self) {
         self.inner.informer.wait_synced().await;
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self) -> Snapshot<C> {
         self.inner.informer.snapshot()
     }
 
@@ -302,51 +332,51 @@ impl TierLister for MemoryCluster {
 }
 
 #[async_trait]
-impl TierWriter for MemoryCluster {
-    async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
+impl<C: Backend> TierWriter<C> for MemoryCluster<C> {
+    async fn create(&self, tier: &C::Spec) -> Result<(), WriteError> {
         self.writer.create(tier).await
     }
 
-    async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
+    async fn update(&self, tier: &C::Spec, resource_version: &str) -> Result<(), WriteError> {
         self.writer.update(tier, resource_version).await
     }
 }
 
 /// Builds a [`MemoryCluster`]: its starting Tiers, admission and default cache.
 #[derive(Clone, Debug)]
-pub struct ClusterBuilder {
-    tiers: Vec<TierSpec>,
-    admission: Option<Admission>,
+pub struct ClusterBuilder<C: Backend = Antrea> {
+    tiers: Vec<C::Spec>,
+    admission: Option<C::Policy>,
     cache: CacheConfig,
 }
 
-impl Default for ClusterBuilder {
+impl<C: Backend> Default for ClusterBuilder<C> {
     fn default() -> Self {
         Self {
             tiers: Vec::new(),
-            admission: Some(Admission::antrea()),
+            admission: C::default_policy(),
             cache: CacheConfig::default(),
         }
     }
 }
 
-impl ClusterBuilder {
+impl<C: Backend> ClusterBuilder<C> {
     /// Starts with `tier` stored as is: no schema or admission check, so any state etcd could
     /// hold (duplicate priorities, reserved ones) can be set up. A later Tier of the same name
     /// replaces it.
-    pub fn with_tier(mut self, tier: TierSpec) -> Self {
+    pub fn with_tier(mut self, tier: C::Spec) -> Self {
         self.tiers.push(tier);
         self
     }
 
     /// Starts with every Tier of `tiers` (see [`with_tier`](Self::with_tier)).
-    pub fn with_tiers(mut self, tiers: impl IntoIterator<Item = TierSpec>) -> Self {
+    pub fn with_tiers(mut self, tiers: impl IntoIterator<Item = C::Spec>) -> Self {
         self.tiers.extend(tiers);
         self
     }
 
-    /// Uses `admission` (default: [`Admission::antrea`]).
-    pub fn admission(mut self, admission: Admission) -> Self {
+    /// Uses `admission` (default: the controller's, [`Backend::default_policy`]).
+    pub fn admission(mut self, admission: C::Policy) -> Self {
         self.admission = Some(admission);
         self
     }
@@ -371,7 +401,7 @@ impl ClusterBuilder {
 
     /// Builds the cluster (inside the tokio runtime that will use it, for
     /// [`SyncMode::After`]).
-    pub fn build(self) -> MemoryCluster {
+    pub fn build(self) -> MemoryCluster<C> {
         let mut store = Store::default();
         for tier in &self.tiers {
             store.put(tier);

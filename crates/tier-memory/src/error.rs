@@ -6,8 +6,9 @@
 //! ```
 //! use tier_core::{ErrorClass, WriteError};
 //! use tier_memory::ApiError;
+//! use tier_memory::backend::ANTREA_TIERS;
 //!
-//! let err = ApiError::AlreadyExists { name: "baseline".into() };
+//! let err = ApiError::AlreadyExists { resource: ANTREA_TIERS, name: "baseline".into() };
 //! assert_eq!((err.code(), err.reason()), (409, "AlreadyExists"));
 //! let write: WriteError = err.into();
 //! assert_eq!(write.class, ErrorClass::Stale);
@@ -15,6 +16,8 @@
 //! ```
 
 use tier_core::{ErrorClass, WriteError};
+
+use crate::backend::Resource;
 
 /// The name of Antrea's Tier validating webhook.
 pub const WEBHOOK: &str = "tiervalidator.antrea.io";
@@ -25,29 +28,38 @@ pub const WEBHOOK: &str = "tiervalidator.antrea.io";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     /// 409 `AlreadyExists`: a create of a name that exists.
-    #[error("tiers.crd.antrea.io \"{name}\" already exists")]
+    #[error("{} \"{name}\" already exists", resource.plural)]
     AlreadyExists {
+        /// The resource.
+        resource: Resource,
         /// The Tier's name.
         name: String,
     },
     /// 409 `Conflict`: an update whose resourceVersion is no longer current.
     #[error(
-        "Operation cannot be fulfilled on tiers.crd.antrea.io \"{name}\": the object has been \
-         modified; please apply your changes to the latest version and try again"
+        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please \
+         apply your changes to the latest version and try again",
+        resource.plural
     )]
     Conflict {
+        /// The resource.
+        resource: Resource,
         /// The Tier's name.
         name: String,
     },
     /// 404 `NotFound`: an update or delete of a name that does not exist.
-    #[error("tiers.crd.antrea.io \"{name}\" not found")]
+    #[error("{} \"{name}\" not found", resource.plural)]
     NotFound {
+        /// The resource.
+        resource: Resource,
         /// The Tier's name.
         name: String,
     },
     /// 422 `Invalid`: the object breaks the CRD schema or lacks a resourceVersion on update.
-    #[error("Tier.crd.antrea.io \"{name}\" is invalid: {field}: Invalid value: {value}: {detail}")]
+    #[error("{} \"{name}\" is invalid: {field}: Invalid value: {value}: {detail}", resource.kind)]
     Invalid {
+        /// The resource.
+        resource: Resource,
         /// The Tier's name.
         name: String,
         /// The offending field path, e.g. `spec.priority`.
@@ -61,6 +73,23 @@ pub enum ApiError {
     #[error("admission webhook \"{WEBHOOK}\" denied the request: {message}")]
     Denied {
         /// The webhook's own message, e.g. `tier x priority 150 overlaps with existing Tier`.
+        message: String,
+    },
+    /// 422 `Invalid`: a ValidatingAdmissionPolicy denied the request (Calico's protection of
+    /// its built-in Tiers).
+    #[error(
+        "{} \"{name}\" is forbidden: ValidatingAdmissionPolicy '{policy}' with binding \
+         '{policy}' denied request: {message}",
+        resource.plural
+    )]
+    PolicyDenied {
+        /// The resource.
+        resource: Resource,
+        /// The Tier's name.
+        name: String,
+        /// The policy's name.
+        policy: &'static str,
+        /// The policy's message.
         message: String,
     },
     /// 500 `InternalError`: the webhook could not be reached (failure policy Fail).
@@ -78,7 +107,7 @@ impl ApiError {
         match self {
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
             ApiError::NotFound { .. } => 404,
-            ApiError::Invalid { .. } => 422,
+            ApiError::Invalid { .. } | ApiError::PolicyDenied { .. } => 422,
             ApiError::Denied { .. } => 400,
             ApiError::WebhookUnreachable => 500,
         }
@@ -90,7 +119,7 @@ impl ApiError {
             ApiError::AlreadyExists { .. } => "AlreadyExists",
             ApiError::Conflict { .. } => "Conflict",
             ApiError::NotFound { .. } => "NotFound",
-            ApiError::Invalid { .. } => "Invalid",
+            ApiError::Invalid { .. } | ApiError::PolicyDenied { .. } => "Invalid",
             ApiError::Denied { .. } => "",
             ApiError::WebhookUnreachable => "InternalError",
         }
@@ -102,7 +131,9 @@ impl ApiError {
             ApiError::AlreadyExists { .. }
             | ApiError::Conflict { .. }
             | ApiError::NotFound { .. } => ErrorClass::Stale,
-            ApiError::Invalid { .. } | ApiError::Denied { .. } => ErrorClass::Denied,
+            ApiError::Invalid { .. } | ApiError::PolicyDenied { .. } | ApiError::Denied { .. } => {
+                ErrorClass::Denied
+            }
             ApiError::WebhookUnreachable => ErrorClass::Transient,
         }
     }

@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use tier_core::WriteError;
 
+use crate::backend::{ANTREA_TIERS, Resource};
 use crate::calls::Verb;
 use crate::lock;
 
@@ -345,12 +346,33 @@ pub fn too_many_requests(retry_after: Duration) -> WriteError {
 /// naming the permission. RBAC cannot restrict `create` by object name: a create refused for
 /// one Tier is refused for every Tier.
 pub fn forbidden(verb: Verb, user: &str) -> WriteError {
+    forbidden_on(ANTREA_TIERS, verb, user)
+}
+
+/// [`forbidden`] for the Tier resource `resource` (Calico's: [`CALICO_TIERS`](crate::CALICO_TIERS)).
+pub fn forbidden_on(resource: Resource, verb: Verb, user: &str) -> WriteError {
+    let (plural, group) = resource
+        .plural
+        .split_once('.')
+        .unwrap_or((resource.plural, ""));
     let permission =
-        format!("{verb} resource \"tiers\" in API group \"crd.antrea.io\" at the cluster scope");
+        format!("{verb} resource \"{plural}\" in API group \"{group}\" at the cluster scope");
     WriteError::forbidden(
-        format!("tiers.crd.antrea.io is forbidden: User \"{user}\" cannot {permission}"),
+        format!(
+            "{} is forbidden: User \"{user}\" cannot {permission}",
+            resource.plural
+        ),
         Some(permission),
     )
+}
+
+/// A 404 for the Tier resource `resource` itself, as while its CRD is not installed, as a
+/// client sees it: [`NotInstalled`](tier_core::ErrorClass::NotInstalled).
+pub fn not_installed(resource: Resource) -> WriteError {
+    WriteError::not_installed(format!(
+        "the server could not find the requested resource (post {})",
+        resource.plural
+    ))
 }
 
 /// A request that timed out on the client side: transient. The server may have applied it.

@@ -3,11 +3,14 @@
 //!
 //! [`MemoryCluster`] implements the core's ports [`TierLister`](tier_core::TierLister) and
 //! [`TierWriter`](tier_core::TierWriter) the way kube-apiserver and an informer would: a global
-//! resourceVersion, `AlreadyExists`/`Conflict`/`NotFound`, Antrea's Tier webhook running before
-//! the store, a cache that can sync late and lag behind, scriptable and seeded random faults, and
+//! resourceVersion, `AlreadyExists`/`Conflict`/`NotFound`, the controller's schema and policy
+//! (Antrea's Tier webhook, or Calico's pinned and undeletable built-ins; see [`Backend`])
+//! running before the store, a cache that can sync late and lag behind, scriptable and seeded random faults, and
 //! a call log. Everything runs on tokio's clock, so tests run on virtual time.
 //!
 //! - [`cluster`]: [`MemoryCluster`] (the API server and its handle) and [`ClusterBuilder`].
+//! - [`backend`]: [`Backend`], what differs per controller (schema, objects, the write path's
+//!   policy): Antrea's and Calico's. Every other module is generic over it, Antrea by default.
 //! - `store`: what etcd holds: Tiers by name and the resourceVersion counter (internal).
 //! - [`admission`]: Antrea's `tiervalidator.antrea.io` rules ([`Admission`]).
 //! - [`cache`]: [`MemoryLister`], the informer-like cache ([`SyncMode`], lag).
@@ -45,6 +48,7 @@
 //! ```
 
 pub mod admission;
+pub mod backend;
 pub mod cache;
 pub mod calls;
 pub mod cluster;
@@ -56,6 +60,7 @@ pub mod writer;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 pub use admission::{Admission, AdmissionView};
+pub use backend::{ANTREA_TIERS, Backend, CALICO_TIERS, Resource};
 pub use cache::{CacheConfig, MemoryLister, SyncMode};
 pub use calls::{CallLog, CallOutcome, CallRecord, Verb};
 pub use cluster::{ClusterBuilder, DEFAULT_CLIENT, MemoryCluster};

@@ -7,38 +7,47 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tier_core::{MAX_PRIORITY, check_dns1123_subdomain};
-use tier_core::{ObservedTier, TierSpec};
+use tier_core::{CachedTier, Controller, DesiredTier};
 
+use crate::backend::Backend;
 use crate::error::ApiError;
 
 /// One change, as a watch would report it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Change {
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Change<C: Controller> {
     /// The Tier was added or modified.
-    Put(ObservedTier),
+    Put(C::Observed),
     /// The Tier called this was deleted.
     Delete(String),
 }
 
 /// The result of a successful write: the object as stored (or as deleted) and the change to
 /// broadcast, `None` for a no-op.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Written {
-    pub(crate) tier: ObservedTier,
-    pub(crate) change: Option<Change>,
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Written<C: Controller> {
+    pub(crate) tier: C::Observed,
+    pub(crate) change: Option<Change<C>>,
 }
 
 /// Tiers by name, with a global resourceVersion counter.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Store {
-    tiers: Arc<BTreeMap<String, ObservedTier>>,
+#[derive(Clone, Debug)]
+pub(crate) struct Store<C: Controller> {
+    tiers: Arc<BTreeMap<String, C::Observed>>,
     revision: u64,
 }
 
-impl Store {
+impl<C: Controller> Default for Store<C> {
+    fn default() -> Self {
+        Self {
+            tiers: Arc::default(),
+            revision: 0,
+        }
+    }
+}
+
+impl<C: Backend> Store<C> {
     /// Every stored Tier by name (cheap to clone).
-    pub(crate) fn tiers(&self) -> &Arc<BTreeMap<String, ObservedTier>> {
+    pub(crate) fn tiers(&self) -> &Arc<BTreeMap<String, C::Observed>> {
         &self.tiers
     }
 
@@ -47,11 +56,12 @@ impl Store {
         self.revision
     }
 
-    /// Creates `spec`, or fails with `AlreadyExists`. No validation: see [`validate`].
-    pub(crate) fn create(&mut self, spec: &TierSpec) -> Result<Written, ApiError> {
-        if self.tiers.contains_key(&spec.name) {
+    /// Creates `spec`, or fails with `AlreadyExists`. No validation: see [`Backend::check_schema`].
+    pub(crate) fn create(&mut self, spec: &C::Spec) -> Result<Written<C>, ApiError> {
+        if self.tiers.contains_key(spec.name()) {
             return Err(ApiError::AlreadyExists {
-                name: spec.name.clone(),
+                resource: C::RESOURCE,
+                name: spec.name().to_owned(),
             });
         }
         Ok(self.put(spec))
@@ -60,19 +70,23 @@ impl Store {
     /// Checks an update's preconditions, in kube-apiserver's order: the object exists, the
     /// request carries a resourceVersion, and it is the current one.
     pub(crate) fn precondition(&self, name: &str, resource_version: &str) -> Result<(), ApiError> {
+        let resource = C::RESOURCE;
         let current = self.tiers.get(name).ok_or_else(|| ApiError::NotFound {
+            resource,
             name: name.to_owned(),
         })?;
         if resource_version.is_empty() {
             return Err(ApiError::Invalid {
+                resource,
                 name: name.to_owned(),
                 field: "metadata.resourceVersion",
                 value: "0x0".to_owned(),
                 detail: "must be specified for an update".to_owned(),
             });
         }
-        if current.resource_version != resource_version {
+        if current.resource_version() != resource_version {
             return Err(ApiError::Conflict {
+                resource,
                 name: name.to_owned(),
             });
         }
@@ -81,10 +95,9 @@ impl Store {
 
     /// Creates or replaces `spec` unconditionally. A replacement with identical fields is a
     /// no-op.
-    pub(crate) fn put(&mut self, spec: &TierSpec) -> Written {
-        if let Some(current) = self.tiers.get(&spec.name)
-            && current.priority == spec.priority
-            && current.description == spec.description
+    pub(crate) fn put(&mut self, spec: &C::Spec) -> Written<C> {
+        if let Some(current) = self.tiers.get(spec.name())
+            && C::in_sync(spec, current)
         {
             return Written {
                 tier: current.clone(),
@@ -92,14 +105,8 @@ impl Store {
             };
         }
         self.revision += 1;
-        let tier = ObservedTier {
-            name: spec.name.clone(),
-            priority: spec.priority,
-            description: spec.description.clone(),
-            resource_version: self.revision.to_string(),
-            last_writer: None,
-        };
-        Arc::make_mut(&mut self.tiers).insert(tier.name.clone(), tier.clone());
+        let tier = C::stored(spec, self.revision.to_string());
+        Arc::make_mut(&mut self.tiers).insert(spec.name().to_owned(), tier.clone());
         Written {
             change: Some(Change::Put(tier.clone())),
             tier,
@@ -107,11 +114,12 @@ impl Store {
     }
 
     /// Deletes the Tier called `name`, or fails with `NotFound`.
-    pub(crate) fn delete(&mut self, name: &str) -> Result<Written, ApiError> {
+    pub(crate) fn delete(&mut self, name: &str) -> Result<Written<C>, ApiError> {
         let tier =
             Arc::make_mut(&mut self.tiers)
                 .remove(name)
                 .ok_or_else(|| ApiError::NotFound {
+                    resource: C::RESOURCE,
                     name: name.to_owned(),
                 })?;
         self.revision += 1;
@@ -122,37 +130,17 @@ impl Store {
     }
 }
 
-/// Checks `spec` against the Tier CRD's schema and the object-name rule (422 `Invalid`).
-pub(crate) fn validate(spec: &TierSpec) -> Result<(), ApiError> {
-    if let Err(detail) = check_dns1123_subdomain(&spec.name) {
-        return Err(ApiError::Invalid {
-            name: spec.name.clone(),
-            field: "metadata.name",
-            value: format!("{:?}", spec.name),
-            detail: format!("a lowercase RFC 1123 subdomain: {detail}"),
-        });
-    }
-    let bound = if spec.priority < 0 {
-        Some("greater than or equal to 0".to_owned())
-    } else if spec.priority > MAX_PRIORITY {
-        Some(format!("less than or equal to {MAX_PRIORITY}"))
-    } else {
-        None
-    };
-    match bound {
-        Some(bound) => Err(ApiError::Invalid {
-            name: spec.name.clone(),
-            field: "spec.priority",
-            value: spec.priority.to_string(),
-            detail: format!("spec.priority in body should be {bound}"),
-        }),
-        None => Ok(()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::ANTREA_TIERS;
+    use tier_core::{Antrea, TierSpec};
+
+    type Store = super::Store<Antrea>;
+
+    fn validate(spec: &TierSpec) -> Result<(), ApiError> {
+        Antrea::check_schema(spec)
+    }
 
     fn spec(name: &str, priority: i64) -> TierSpec {
         TierSpec::new(name, priority, "d")
@@ -188,7 +176,10 @@ mod tests {
         let mut store = Store::default();
         assert_eq!(
             store.precondition("a", ""),
-            Err(ApiError::NotFound { name: "a".into() })
+            Err(ApiError::NotFound {
+                resource: ANTREA_TIERS,
+                name: "a".into()
+            })
         );
         store.create(&spec("a", 1)).unwrap();
         assert!(matches!(
@@ -200,16 +191,25 @@ mod tests {
         ));
         assert_eq!(
             store.precondition("a", "7"),
-            Err(ApiError::Conflict { name: "a".into() })
+            Err(ApiError::Conflict {
+                resource: ANTREA_TIERS,
+                name: "a".into()
+            })
         );
         assert_eq!(store.precondition("a", "1"), Ok(()));
         assert_eq!(
             store.create(&spec("a", 5)),
-            Err(ApiError::AlreadyExists { name: "a".into() })
+            Err(ApiError::AlreadyExists {
+                resource: ANTREA_TIERS,
+                name: "a".into()
+            })
         );
         assert_eq!(
             store.delete("zz"),
-            Err(ApiError::NotFound { name: "zz".into() })
+            Err(ApiError::NotFound {
+                resource: ANTREA_TIERS,
+                name: "zz".into()
+            })
         );
     }
 

@@ -20,21 +20,32 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tier_core::{TierSpec, TierWriter, WriteError};
+use tier_core::{Antrea, DesiredTier, TierWriter, WriteError};
+
+use crate::backend::Backend;
 
 use crate::calls::{CallOutcome, Verb};
 use crate::cluster::ClusterInner;
 use crate::faults::Effect;
 
 /// One API client writing Tiers to the cluster. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct MemoryWriter {
-    cluster: Arc<ClusterInner>,
+#[derive(Debug)]
+pub struct MemoryWriter<C: Backend = Antrea> {
+    cluster: Arc<ClusterInner<C>>,
     client: Arc<str>,
 }
 
-impl MemoryWriter {
-    pub(crate) fn new(cluster: Arc<ClusterInner>, client: &str) -> Self {
+impl<C: Backend> Clone for MemoryWriter<C> {
+    fn clone(&self) -> Self {
+        Self {
+            cluster: Arc::clone(&self.cluster),
+            client: Arc::clone(&self.client),
+        }
+    }
+}
+
+impl<C: Backend> MemoryWriter<C> {
+    pub(crate) fn new(cluster: Arc<ClusterInner<C>>, client: &str) -> Self {
         Self {
             cluster,
             client: Arc::from(client),
@@ -49,12 +60,12 @@ impl MemoryWriter {
     async fn call(
         &self,
         verb: Verb,
-        tier: &TierSpec,
+        tier: &C::Spec,
         resource_version: &str,
     ) -> Result<(), WriteError> {
         let cluster = &self.cluster;
-        let guard = cluster.recorder.start(&self.client, verb, &tier.name);
-        let plan = cluster.faults.plan(verb, &tier.name, &self.client);
+        let guard = cluster.recorder.start(&self.client, verb, tier.name());
+        let plan = cluster.faults.plan(verb, tier.name(), &self.client);
         if !plan.delay.is_zero() {
             tokio::time::sleep(plan.delay).await;
         }
@@ -89,19 +100,19 @@ impl MemoryWriter {
                 }
             },
         };
-        tracing::debug!(client = %self.client, %verb, tier = %tier.name, ?outcome, "call answered");
+        tracing::debug!(client = %self.client, %verb, tier = %tier.name(), ?outcome, "call answered");
         guard.finish(outcome);
         result
     }
 }
 
 #[async_trait]
-impl TierWriter for MemoryWriter {
-    async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
+impl<C: Backend> TierWriter<C> for MemoryWriter<C> {
+    async fn create(&self, tier: &C::Spec) -> Result<(), WriteError> {
         self.call(Verb::Create, tier, "").await
     }
 
-    async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
+    async fn update(&self, tier: &C::Spec, resource_version: &str) -> Result<(), WriteError> {
         self.call(Verb::Update, tier, resource_version).await
     }
 }

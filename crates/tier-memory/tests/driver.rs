@@ -293,7 +293,7 @@ async fn a_hung_call_is_cut_by_the_call_timeout_and_retried() {
     assert_eq!(calls.count_for(Verb::Create, "emergency"), 2);
     assert_eq!(calls.dropped(Verb::Create), 1);
     assert_eq!(calls.peak_in_flight(), 1);
-    let call_timeout = DriverConfig::default().call_timeout;
+    let call_timeout = <DriverConfig>::default().call_timeout;
     assert!(begin.elapsed() >= call_timeout, "{:?}", begin.elapsed());
     assert!(begin.elapsed() <= call_timeout + Duration::from_secs(1));
 }

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use tier_core::{ErrorClass, TierSpec, TierWriter, WriteError};
-use tier_memory::{Admission, ApiError, CallOutcome, MemoryCluster, RandomFaults, Verb, faults};
+use tier_memory::{
+    ANTREA_TIERS, Admission, ApiError, CallOutcome, MemoryCluster, RandomFaults, Verb, faults,
+};
 use tokio::time::Instant;
 
 fn baseline() -> TierSpec {
@@ -173,7 +175,10 @@ async fn other_actors_bypass_admission() {
     cluster.create_raw(&TierSpec::new("odd", 254, "")).unwrap();
     assert_eq!(
         cluster.create_raw(&TierSpec::new("odd", 1, "")),
-        Err(ApiError::AlreadyExists { name: "odd".into() })
+        Err(ApiError::AlreadyExists {
+            resource: ANTREA_TIERS,
+            name: "odd".into()
+        })
     );
     let edited = cluster.edit("baseline", |t| {
         t.priority = 20;
@@ -185,6 +190,7 @@ async fn other_actors_bypass_admission() {
     assert_eq!(
         cluster.delete("squatter"),
         Err(ApiError::NotFound {
+            resource: ANTREA_TIERS,
             name: "squatter".into()
         })
     );

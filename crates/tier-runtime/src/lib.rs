@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use tier_core::{
-    Clock, ConfigError, DesiredSet, Driver, DriverConfig, EventReceiver, Mode, StatusHandle,
-    Stopped, TierLister, TierWriter,
+    Clock, ConfigError, Controller, DesiredSet, Driver, DriverConfig, EventReceiver, Mode,
+    StatusHandle, Stopped, TierLister, TierWriter,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -53,21 +53,23 @@ pub struct Ensurer {
     task: JoinHandle<Stopped>,
 }
 
-/// Spawns a [`Driver`] for `desired` on the current tokio runtime, on [`TokioClock`].
+/// Spawns a [`Driver`] for `desired` (of any controller, inferred from it) on the current tokio
+/// runtime, on [`TokioClock`].
 ///
 /// # Errors
 ///
 /// A [`ConfigError`] naming the field of `config` out of its range; nothing is spawned.
-pub fn spawn<L, W>(
+pub fn spawn<C, L, W>(
     lister: L,
     writer: W,
-    desired: DesiredSet,
-    config: DriverConfig,
+    desired: DesiredSet<C>,
+    config: DriverConfig<C>,
     mode: Mode,
 ) -> Result<Ensurer, ConfigError>
 where
-    L: TierLister + 'static,
-    W: TierWriter + 'static,
+    C: Controller,
+    L: TierLister<C> + 'static,
+    W: TierWriter<C> + 'static,
 {
     Ok(start(
         Driver::new(lister, writer, TokioClock, desired, config)?,
@@ -82,26 +84,28 @@ where
 /// # Errors
 ///
 /// A [`ConfigError`] naming the field of `config` out of its range; nothing is spawned.
-pub fn spawn_with_events<L, W>(
+pub fn spawn_with_events<C, L, W>(
     lister: L,
     writer: W,
-    desired: DesiredSet,
-    config: DriverConfig,
+    desired: DesiredSet<C>,
+    config: DriverConfig<C>,
     mode: Mode,
 ) -> Result<(Ensurer, EventReceiver), ConfigError>
 where
-    L: TierLister + 'static,
-    W: TierWriter + 'static,
+    C: Controller,
+    L: TierLister<C> + 'static,
+    W: TierWriter<C> + 'static,
 {
     let mut driver = Driver::new(lister, writer, TokioClock, desired, config)?;
     let events = driver.events();
     Ok((start(driver, mode), events))
 }
 
-fn start<L, W>(driver: Driver<L, W, TokioClock>, mode: Mode) -> Ensurer
+fn start<C, L, W>(driver: Driver<L, W, TokioClock, C>, mode: Mode) -> Ensurer
 where
-    L: TierLister + 'static,
-    W: TierWriter + 'static,
+    C: Controller,
+    L: TierLister<C> + 'static,
+    W: TierWriter<C> + 'static,
 {
     let status = driver.status();
     let cancel = CancellationToken::new();

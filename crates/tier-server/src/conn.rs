@@ -28,7 +28,7 @@
 //! bodies across all connections of a server ([`Limits::max_body_bytes_held`], default
 //! 16 MiB). The first [`Limits::max_header_bytes`] of each body are free, as its head was
 //! (so a Tier review of a few KiB never waits for the budget, however full attackers keep
-//! it); beyond them each chunk takes its size from the budget as it arrives, and the request
+//! it, and one whose `Content-Length` is within them is not even counted); beyond them each chunk takes its size from the budget as it arrives, and the request
 //! gives it all back when it finishes (its response is ready) or is dropped (the connection
 //! closed or timed out). A chunk that does not fit waits for bytes to be given back, the
 //! chunks of one request [`BODY_BUDGET_WAIT`] in all; then the request is refused with `503 Service Unavailable`,

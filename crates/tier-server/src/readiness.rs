@@ -71,7 +71,7 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tier_core::{Status, StatusHandle, TierLister, TierStatus};
+use tier_core::{Controller, Status, StatusHandle, TierLister, TierStatus};
 use tokio::sync::watch;
 
 /// The check that passes once the Tier cache has completed its first list.
@@ -165,26 +165,32 @@ impl<S: StatusSource> StatusSource for Arc<S> {
 /// [`TIER_CACHE_SYNCED`], the one "cache synced" signal: passes once the Tier lister's
 /// snapshot is synced (its first complete list). Built on the lister the webhook reads, so the
 /// gate and the reads can never disagree; [`with_last_error`](Self::with_last_error) adds why
-/// it has not synced yet (a missing CRD, missing RBAC) to the reason.
+/// it has not synced yet (a missing CRD, missing RBAC) to the reason. Works for the lister of
+/// any controller's Tiers.
 #[derive(Clone)]
 pub struct CacheSynced {
-    lister: Arc<dyn TierLister>,
+    synced: Arc<dyn Fn() -> bool + Send + Sync>,
     last_error: Option<Arc<dyn Fn() -> Option<String> + Send + Sync>>,
 }
 
 impl fmt::Debug for CacheSynced {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CacheSynced")
-            .field("synced", &self.lister.snapshot().is_synced())
+            .field("synced", &(self.synced)())
             .finish_non_exhaustive()
     }
 }
 
 impl CacheSynced {
-    /// The check on `lister`.
+    /// The check on `lister` (Antrea's Tiers; [`of`](Self::of) for any controller's).
     pub fn new(lister: Arc<dyn TierLister>) -> Self {
+        Self::of(lister)
+    }
+
+    /// The check on `lister` of any controller's Tiers.
+    pub fn of<C: Controller>(lister: Arc<dyn TierLister<C>>) -> Self {
         Self {
-            lister,
+            synced: Arc::new(move || lister.snapshot().is_synced()),
             last_error: None,
         }
     }
@@ -202,7 +208,7 @@ impl CacheSynced {
 
 impl Check for CacheSynced {
     fn state(&self) -> CheckState {
-        if self.lister.snapshot().is_synced() {
+        if (self.synced)() {
             return CheckState::Ok;
         }
         match self.last_error.as_ref().and_then(|f| f()) {

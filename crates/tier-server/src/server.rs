@@ -466,7 +466,16 @@ impl Shared {
         let mut closing = false;
         loop {
             let (deadline, _) = slot.deadline(&limits);
+            // An idle connection's head may begin at any moment without waking this loop (the
+            // slot only records it), so look again at least every `header_timeout`: a head
+            // started meanwhile is then held to its own deadline, not to the idle one.
+            let wake = match tokio::time::Instant::now().checked_add(limits.header_timeout) {
+                Some(look) if slot.phase() == Phase::Idle => deadline.min(look),
+                _ => deadline,
+            };
             tokio::select! {
+                // The connection first: it is what wakes this task on nearly every poll.
+                biased;
                 result = connection.as_mut() => {
                     if let Err(error) = result {
                         tracing::debug!(%peer, server = self.name, %error, "connection ended with an error");
@@ -477,7 +486,7 @@ impl Shared {
                     tracing::debug!(%peer, server = self.name, "connection shed");
                     return;
                 }
-                () = tokio::time::sleep_until(deadline) => {
+                () = tokio::time::sleep_until(wake) => {
                     let (deadline, reason) = slot.deadline(&limits);
                     if deadline <= tokio::time::Instant::now() {
                         if let Some(reason) = reason {
@@ -505,7 +514,11 @@ fn charged(
 ) -> (Request<Body>, Option<Arc<Charge>>) {
     use hyper::body::Body as _;
 
-    if request.body().is_end_stream() {
+    // No body, or one whose declared length (hyper never delivers more) is within the free
+    // allowance: it can never take from the budget, so it is not wrapped.
+    let body = request.body();
+    let free = u64::try_from(allowance).unwrap_or(u64::MAX);
+    if body.is_end_stream() || body.size_hint().upper().is_some_and(|n| n <= free) {
         return (request.map(Body::new), None);
     }
     let charge = Charge::new(budget);

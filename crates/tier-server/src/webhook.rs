@@ -31,8 +31,9 @@
 //! Antrea checks overlap against its cache, so two creates at one priority reviewed before
 //! either reaches the cache both pass. This webhook reviews through a shared
 //! [`ReservationTable`]: a CREATE it admits holds its priority until the cache shows the Tier
-//! there or the TTL passes, and reviews are serialized on the table, so two creates at one
-//! priority through one tierd cannot both pass. tierd's own successful writes (creates and
+//! there or the TTL passes, and CREATE reviews are serialized on the table, so two creates at
+//! one priority through one tierd cannot both pass. UPDATE and DELETE reviews neither read nor
+//! change the table, so they do not take its lock. tierd's own successful writes (creates and
 //! priority updates) go into the same table at once ([`ReservingWriter`]). The window that
 //! remains: with several webhook replicas, each has its own table, and two creates reviewed by
 //! *different* replicas within one cache-propagation delay (typically milliseconds to a second)
@@ -72,12 +73,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures::StreamExt;
 use kube_core::admission::{
     AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
 };
@@ -85,7 +86,7 @@ use kube_core::{DynamicObject, Status as ApiStatus, response::StatusDetails};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use tier_core::admission::{
-    AdmissionPolicy, Denial, ReferenceIndex, References, Request, Reservation,
+    self, AdmissionPolicy, Denial, ReferenceIndex, References, Request, Reservation,
     ReservationConfigError, Reservations, Truncated,
 };
 use tier_core::check_dns1123_subdomain;
@@ -291,8 +292,9 @@ impl ReservationTable {
         (self.now)()
     }
 
-    /// Reviews `request` against `existing` and the reservations, reserving what it admits
-    /// unless `dry_run`. Serialized: two reviews never interleave.
+    /// Reviews `request` (a CREATE: UPDATE and DELETE reviews do not need the table) against
+    /// `existing` and the reservations, reserving what it admits unless `dry_run`. Serialized:
+    /// two reviews never interleave.
     fn review<'a>(
         &self,
         policy: &AdmissionPolicy,
@@ -645,7 +647,9 @@ struct DetailsOut {
 /// The JSON of the response review echoing `uid` with `verdict`.
 fn encode(uid: &str, verdict: &Verdict) -> Result<Vec<u8>, serde_json::Error> {
     let status = match verdict {
-        Verdict::Allow => StatusOut::default(),
+        // The answer to nearly every review: written directly, only the uid through serde_json
+        // (escaped as it escapes it), the rest as `ReviewOut` writes it.
+        Verdict::Allow => return encode_allowed(uid),
         Verdict::Deny(refusal) => refusal.status_out(),
     };
     let review = ReviewOut {
@@ -653,12 +657,26 @@ fn encode(uid: &str, verdict: &Verdict) -> Result<Vec<u8>, serde_json::Error> {
         kind: META_KIND,
         response: ResponseOut {
             uid,
-            allowed: matches!(verdict, Verdict::Allow),
+            allowed: false,
             status,
         },
     };
     let mut json = Vec::with_capacity(ALLOWED_LEN + uid.len() + status.message.len() + 64);
     serde_json::to_writer(&mut json, &review)?;
+    Ok(json)
+}
+
+/// [`encode`] of an allowed review: the bytes of `ReviewOut` with `allowed: true` and an empty
+/// status (the property test in `tests/fuzz_webhook.rs` holds both to kube-core's bytes).
+fn encode_allowed(uid: &str) -> Result<Vec<u8>, serde_json::Error> {
+    let mut json = Vec::with_capacity(ALLOWED_LEN + uid.len() + 8);
+    json.extend_from_slice(br#"{"apiVersion":""#);
+    json.extend_from_slice(META_API_VERSION_V1.as_bytes());
+    json.extend_from_slice(br#"","kind":""#);
+    json.extend_from_slice(META_KIND.as_bytes());
+    json.extend_from_slice(br#"","response":{"uid":"#);
+    serde_json::to_writer(&mut json, uid)?;
+    json.extend_from_slice(br#","allowed":true,"status":{}}}"#);
     Ok(json)
 }
 
@@ -828,11 +846,13 @@ impl Webhook {
         }
     }
 
-    /// The route `POST /validate/tier`, reading at most [`MAX_REVIEW_BYTES`] of body.
+    /// The route `POST /validate/tier`, reading at most [`MAX_REVIEW_BYTES`] of body (`413`
+    /// beyond).
     pub fn routes(self) -> Router {
         Router::new()
+            // The handler bounds the body itself (`read_review`): no body-limit layer, whose
+            // extra service and request extension every review would pay for.
             .route(PATH, post(handle))
-            .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
             // One reference count per request, not one per shared part.
             .with_state(Arc::new(self))
     }
@@ -872,7 +892,7 @@ impl Webhook {
         };
         match encode(&uid, &verdict) {
             Ok(json) => {
-                let mut response = Bytes::from(json).into_response();
+                let mut response = Response::new(Body::from(json));
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
@@ -905,7 +925,15 @@ impl Webhook {
         &self,
         body: &'b [u8],
     ) -> Result<(Cow<'b, str>, Verdict), ReviewError> {
-        let review: ReviewIn<'b> = serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
+        // One UTF-8 check of the whole body instead of one per string: serde_json then reads
+        // strings without checking them again (most of the decoding's cost is its many short
+        // strings). A body that is not UTF-8 is read as bytes, for serde_json's own error (or
+        // its verdict on invalid bytes inside a skipped value).
+        let review: Result<ReviewIn<'b>, _> = match std::str::from_utf8(body) {
+            Ok(text) => serde_json::from_str(text),
+            Err(_) => serde_json::from_slice(body),
+        };
+        let review = review.map_err(ReviewError::Malformed)?;
         if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
             return Err(ReviewError::Unsupported {
                 api_version: Truncated::new(&review.api_version).to_string(),
@@ -1007,9 +1035,9 @@ impl Webhook {
             return Verdict::Deny(Refusal::not_synced(NOT_SYNCED));
         };
         let existing = tiers.values().map(|t| (t.name.as_str(), t.priority));
-        let dry_run = request.dry_run.unwrap_or(false);
         let outcome = match request.operation {
             OperationIn::Create => {
+                let dry_run = request.dry_run.unwrap_or(false);
                 let priority = match priority_of(request.object.as_ref(), "object", name) {
                     Ok(p) => p,
                     Err(refusal) => return Verdict::Deny(refusal),
@@ -1037,8 +1065,9 @@ impl Webhook {
                     new_priority,
                     user: request.user(),
                 };
-                self.reservations
-                    .review(&self.policy, &update, existing, dry_run)
+                // UPDATE and DELETE reviews neither read nor change the reservations (see
+                // `Reservations`): Antrea's rules alone, without the table's lock.
+                admission::review(&self.policy, &update, existing)
             }
             OperationIn::Delete | OperationIn::Connect => {
                 let Some(references) = self.references.as_ref().and_then(|r| r.references(name))
@@ -1046,8 +1075,7 @@ impl Webhook {
                     return Verdict::Deny(Refusal::not_synced(POLICIES_NOT_SYNCED));
                 };
                 let delete = Request::Delete { name, references };
-                self.reservations
-                    .review(&self.policy, &delete, existing, dry_run)
+                admission::review(&self.policy, &delete, existing)
             }
         };
         match outcome {
@@ -1075,25 +1103,56 @@ fn priority_of(object: Option<&TierIn<'_>>, field: &str, name: &str) -> Result<i
         })
 }
 
-async fn handle(
-    State(webhook): State<Arc<Webhook>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return (
+async fn handle(State(webhook): State<Arc<Webhook>>, body: Body) -> Response {
+    match read_review(body).await {
+        Ok(body) => webhook.respond(&body),
+        Err(refused) => refused,
+    }
+}
+
+/// The body of an AdmissionReview request, at most [`MAX_REVIEW_BYTES`] of it: the answer is
+/// `413` as soon as more arrives, `400` when the body cannot be read. A body of one chunk (a
+/// review of a few KiB usually is) is not copied. For a route of one's own around
+/// [`Webhook::respond`].
+///
+/// # Errors
+///
+/// The `413` or `400` response to send instead of a review.
+pub async fn read_review(body: Body) -> Result<Bytes, Response> {
+    let mut chunks = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    let mut len = 0_usize;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|error| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("reading the AdmissionReview failed: {error}\n"),
+            )
+                .into_response()
+        })?;
+        len = len.saturating_add(chunk.len());
+        if len > MAX_REVIEW_BYTES {
+            return Err((
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
                     "the AdmissionReview is larger than {MAX_REVIEW_BYTES} bytes, the limit for \
                      a review of a Tier; kube-apiserver sends a few KiB\n"
                 ),
             )
-                .into_response();
+                .into_response());
         }
-        Err(rejection) => return rejection.into_response(),
-    };
-    webhook.respond(&body)
+        match first.take() {
+            None if joined.is_empty() => first = Some(chunk),
+            None => joined.extend_from_slice(&chunk),
+            Some(held) => {
+                joined.reserve(held.len() + chunk.len());
+                joined.extend_from_slice(&held);
+                joined.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
 }
 
 #[cfg(test)]

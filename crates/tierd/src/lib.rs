@@ -57,12 +57,19 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! [`tiers_file`] reads the `--tiers` file format, for the binary and for embedders that read
+//! the same file.
 
 #![forbid(unsafe_code)]
 
 mod admission;
+pub mod antrea;
 mod authorizer;
+pub mod backend;
+pub mod calico;
 mod certificate;
+pub mod tiers_file;
 
 use std::fmt;
 use std::future::Future;
@@ -72,32 +79,24 @@ use axum::Router;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use prometheus_client::registry::Registry;
-use tier_core::admission::AdmissionPolicy;
+use tier_core::calico::Calico;
 use tier_core::{
-    DesiredSet, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped, TierLister,
+    Antrea, DesiredSet, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped, TierLister,
     ValidationRules,
 };
-use tier_kube::policies::{PolicyCache, PolicyKind};
-use tier_kube::{
-    ClusterNetworkPolicies, ControllerIdentity, IdentityState, KubeLister, NetworkPolicies,
-    RetryBackoff, WriterConfig,
-};
+use tier_kube::calico::CalicoApi;
+use tier_kube::{ControllerIdentity, KubeLister, KubeTier, RetryBackoff, WriterConfig};
 use tier_runtime::Ensurer;
-use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SYSTEM_TIERS, SystemTiers, from_fn,
-};
-use tier_server::{
-    Check, CheckState, HealthConfig, PolicyReferences, Readiness, ReservationTable,
-    ReservingWriter, Routes, Shutdown, Webhook,
-};
-use tokio::sync::watch;
+use tier_server::readiness::{CacheSynced, SYSTEM_TIERS, SystemTiers};
+use tier_server::{CheckState, HealthConfig, Readiness, Routes, Shutdown};
 use tokio::task::JoinHandle;
 
 pub use admission::IDENTITY_PENDING;
+pub use backend::Backend;
 pub use certificate::{SELF_SIGNED_POLL, SERVING_CERTIFICATE, SelfSigned};
 
 /// The readiness check that passes once the controller identity is known (informational:
-/// only UPDATE reviews need it).
+/// only UPDATE reviews need it; Antrea only).
 pub const CONTROLLER_IDENTITY: &str = "controller-identity";
 
 /// The two clients tierd needs, from one `kube::Config`: the shared one (kube's retries on:
@@ -161,55 +160,73 @@ pub enum Events {
     Off,
 }
 
-/// How to start tierd; see the [crate docs](crate). Made by [`Tierd::builder`].
+/// How to start tierd for controller `C` (Antrea by default); see the [crate docs](crate).
+/// Made by [`Tierd::builder`].
 #[must_use = "call start to run tierd"]
-pub struct Builder {
+pub struct Builder<C: Backend = Antrea> {
     clients: Clients,
-    desired: DesiredSet,
-    tier_cache: Option<KubeLister>,
-    controller_user: Option<String>,
-    rules: ValidationRules,
+    desired: DesiredSet<C>,
+    tier_cache: Option<KubeLister<C::Object>>,
+    settings: C::Settings,
     writer: WriterConfig,
-    driver: DriverConfig,
+    driver: DriverConfig<C>,
     events: Events,
     metrics_auth: bool,
     ready_requires_tiers: bool,
-    self_signed: Option<SelfSigned>,
     health: HealthConfig,
 }
 
-impl fmt::Debug for Builder {
+impl<C: Backend> fmt::Debug for Builder<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
+            .field("controller", &C::NAME)
             .field("desired", &self.desired)
-            .field("controller_user", &self.controller_user)
+            .field("settings", &self.settings)
             .field("events", &self.events)
             .field("metrics_auth", &self.metrics_auth)
-            .field("self_signed", &self.self_signed)
             .finish_non_exhaustive()
     }
 }
 
-impl Builder {
-    /// Read the Tiers from the embedder's lister instead of a watch of tierd's own (one list
-    /// and one watch for both; [`KubeLister::shared`] or [`KubeLister::from_reflector`]). The
-    /// writer updates from its store, so the embedder's labels survive tierd's corrections.
-    pub fn tier_cache(mut self, lister: KubeLister) -> Self {
-        self.tier_cache = Some(lister);
-        self
-    }
-
+impl Builder<Antrea> {
     /// The user the webhook lets change priorities, instead of asking the API server
     /// (SelfSubjectReview) who the shared client is.
     pub fn controller_user(mut self, user: impl Into<String>) -> Self {
-        self.controller_user = Some(user.into());
+        self.settings.controller_user = Some(user.into());
         self
     }
 
     /// The admission rules (feature gates) the webhook applies; Antrea's defaults otherwise.
     /// Validate the desired set against the same rules.
     pub fn rules(mut self, rules: ValidationRules) -> Self {
-        self.rules = rules;
+        self.settings.rules = rules;
+        self
+    }
+
+    /// Keep a self-signed serving certificate in a Secret, the files and the webhook
+    /// configuration's `caBundle`; the webhook serves once [`Tierd::certificate_settled`].
+    pub fn self_signed_cert(mut self, self_signed: SelfSigned) -> Self {
+        self.settings.self_signed = Some(self_signed);
+        self
+    }
+}
+
+impl Builder<Calico> {
+    /// The group/version Calico's Tiers are read and written at (default
+    /// `projectcalico.org/v3`, see [`tier_kube::calico`]). Ignored with
+    /// [`tier_cache`](Self::tier_cache): the writer uses the embedder's lister's resource.
+    pub fn calico_api(mut self, api: CalicoApi) -> Self {
+        self.settings.api = api;
+        self
+    }
+}
+
+impl<C: Backend> Builder<C> {
+    /// Read the Tiers from the embedder's lister instead of a watch of tierd's own (one list
+    /// and one watch for both; [`KubeLister::shared`] or [`KubeLister::from_reflector`]). The
+    /// writer updates from its store, so the embedder's labels survive tierd's corrections.
+    pub fn tier_cache(mut self, lister: KubeLister<C::Object>) -> Self {
+        self.tier_cache = Some(lister);
         self
     }
 
@@ -221,7 +238,7 @@ impl Builder {
     }
 
     /// The driver's timing and seed.
-    pub fn driver_config(mut self, config: DriverConfig) -> Self {
+    pub fn driver_config(mut self, config: DriverConfig<C>) -> Self {
         self.driver = config;
         self
     }
@@ -246,13 +263,6 @@ impl Builder {
         self
     }
 
-    /// Keep a self-signed serving certificate in a Secret, the files and the webhook
-    /// configuration's `caBundle`; the webhook serves once [`Tierd::certificate_settled`].
-    pub fn self_signed_cert(mut self, self_signed: SelfSigned) -> Self {
-        self.self_signed = Some(self_signed);
-        self
-    }
-
     /// Which checks `/livez` and `/readyz` include.
     pub fn health(mut self, config: HealthConfig) -> Self {
         self.health = config;
@@ -264,28 +274,22 @@ impl Builder {
     /// # Errors
     ///
     /// [`StartError`] only outside a tokio runtime.
-    pub fn start(self) -> Result<Tierd, StartError> {
+    pub fn start(self) -> Result<Tierd<C>, StartError> {
         // Invalid configuration starts nothing.
         self.driver.validate()?;
         let client = self.clients.shared.clone();
         let lister = match self.tier_cache {
             Some(lister) => lister,
-            None => watch_tiers(&client)?,
+            None => C::watch_tiers(&client, &self.settings)?,
         };
-        let acnps = policy_cache::<ClusterNetworkPolicies>(&client)?;
-        let annps = policy_cache::<NetworkPolicies>(&client)?;
-        let identity = match self.controller_user {
-            Some(user) => {
-                tracing::info!(%user, "the webhook lets this user change priorities (set explicitly)");
-                ControllerIdentity::known(user)
-            }
-            None => ControllerIdentity::discover(client.clone(), self.writer.call_timeout)?,
-        };
-
-        let reservations = ReservationTable::default();
-        let writer = ReservingWriter::new(
+        let mut parts = C::start(backend::Start {
+            client: &client,
+            settings: self.settings,
+            call_timeout: self.writer.call_timeout,
+        })?;
+        let writer = C::writer(
+            &parts,
             lister.writer(self.clients.writer.clone(), self.writer.clone()),
-            reservations.clone(),
         );
         let mut tasks = Tasks::default();
         let desired = self.desired.clone();
@@ -299,7 +303,12 @@ impl Builder {
                     Mode::Continuous,
                 )?;
                 let reporter = tier_kube::events::reporter(instance.clone());
-                let events = tier_kube::events::publish(client.clone(), reporter, events);
+                let events = tier_kube::events::publish_about(
+                    client.clone(),
+                    reporter,
+                    events,
+                    tier_kube::events::EventSubject::of::<C::Object>(lister.resource()),
+                );
                 tasks.handles.push(tokio::spawn(async move {
                     events.await;
                 }));
@@ -317,45 +326,22 @@ impl Builder {
         tasks.driver = Some(ensurer.cancellation());
 
         let shutdown = Shutdown::new();
-        let readiness = Readiness::standard(status.clone(), cache_synced(&lister), &shutdown);
-        readiness
-            .register_informational(ACNP_CACHE_SYNCED, policy_cache_synced(acnps.clone()))
-            .register_informational(ANNP_CACHE_SYNCED, policy_cache_synced(annps.clone()))
-            .register_informational(CONTROLLER_IDENTITY, identity_known(identity.clone()));
+        let readiness = Readiness::standard(status.clone(), cache_synced::<C>(&lister), &shutdown);
         if self.ready_requires_tiers {
             readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
         }
-        let certificate = self.self_signed.map(|wanted| {
-            let (state, check) = watch::channel(CheckState::failed(
-                "settling the self-signed certificate: no answer from the API server yet",
-            ));
-            readiness.register(SERVING_CERTIFICATE, check.clone());
-            tasks
-                .handles
-                .push(tokio::spawn(certificate::settle_then_maintain(
-                    client.clone(),
-                    wanted,
-                    self.writer.call_timeout,
-                    state,
-                    shutdown.clone(),
-                )));
-            check
-        });
-
-        let cache: Arc<dyn TierLister> = Arc::new(lister.clone());
-        let references = PolicyReferences::new(Arc::new(acnps), Arc::new(annps));
-        let policy_of = {
-            let desired = self.desired.clone();
-            let rules = self.rules.clone();
-            move |user: &str| admission_policy(&desired, user, rules.clone())
-        };
-        let gates = readiness.clone();
-        let make: admission::MakeWebhook = Arc::new(move |user: &str| {
-            Webhook::new(cache.clone(), policy_of(user), &gates)
-                .policy_references(references.clone())
-                .reservations(reservations.clone())
-        });
-        let webhook = admission::IdentityGated::new(identity.clone(), make);
+        C::serve(
+            &mut parts,
+            backend::Serving {
+                client: &client,
+                desired: &self.desired,
+                lister: &lister,
+                readiness: &readiness,
+                shutdown: &shutdown,
+                call_timeout: self.writer.call_timeout,
+                tasks: &mut tasks.handles,
+            },
+        );
         let authorizer = self.metrics_auth.then(|| {
             let authorizer: Arc<dyn tier_server::auth::Authorizer> =
                 Arc::new(authorizer::KubeAuthorizer::new(client.clone()));
@@ -367,108 +353,76 @@ impl Builder {
             lister,
             readiness,
             shutdown,
-            identity,
-            webhook,
+            parts,
             authorizer,
-            certificate,
             health: self.health,
             tasks,
         })
     }
 }
 
-/// A Tier cache on its own watch of every Tier, retrying with [`RetryBackoff::STARTUP`] (at
-/// most 2 s between attempts, so it syncs soon after an unreachable API server returns),
-/// for commands that need the cache alone (`tierd plan`, `tierd ensure`).
+/// Antrea's Tier cache on its own watch of every Tier, retrying with
+/// [`RetryBackoff::STARTUP`] (at most 2 s between attempts, so it syncs soon after an
+/// unreachable API server returns), for commands that need the cache alone (`tierd plan`,
+/// `tierd ensure`); [`Backend::watch_tiers`] for any controller's.
 ///
 /// # Errors
 ///
 /// [`tier_kube::ListerError`] outside a tokio runtime.
 pub fn watch_tiers(client: &kube::Client) -> Result<KubeLister, tier_kube::ListerError> {
-    let (store, writer) = reflector::store();
+    watch_resource(client, ())
+}
+
+/// A Tier cache of `resource` on its own watch, with the start-up backoff.
+pub(crate) fn watch_resource<T: KubeTier>(
+    client: &kube::Client,
+    resource: T::DynamicType,
+) -> Result<KubeLister<T>, tier_kube::ListerError> {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
     let events = reflector::reflector(
         writer,
-        watcher(Api::all(client.clone()), watcher::Config::default())
-            .backoff(RetryBackoff::default()),
+        watcher(
+            Api::<T>::all_with(client.clone(), &resource),
+            watcher::Config::default(),
+        )
+        .backoff(RetryBackoff::default()),
     );
-    KubeLister::from_reflector(store, events)
-}
-
-/// A policy cache watching with the start-up backoff.
-fn policy_cache<K: PolicyKind>(client: &kube::Client) -> Result<PolicyCache<K>, StartError> {
-    Ok(PolicyCache::<K>::start_with(
-        Api::all(client.clone()),
-        watcher::Config::default(),
-        RetryBackoff::default(),
-    )?)
-}
-
-/// The admission policy for `desired` under `rules`: Antrea's six names and every desired name
-/// are protected from deletion (a custom set adds to Antrea's, never replaces them), each
-/// desired priority belongs to its Tier, and `user` may change priorities.
-fn admission_policy(desired: &DesiredSet, user: &str, rules: ValidationRules) -> AdmissionPolicy {
-    AdmissionPolicy::antrea(user)
-        .desire(desired)
-        .with_rules(rules)
-}
-
-/// The readiness check of one policy cache: passes once it listed (or found its CRD not
-/// installed); until then its reason names the watch's last error.
-fn policy_cache_synced<K: PolicyKind>(cache: PolicyCache<K>) -> impl Check {
-    from_fn(move || match cache.describe() {
-        Ok(_) => CheckState::Ok,
-        Err(reason) => CheckState::Failed(reason),
-    })
+    KubeLister::from_reflector_with(resource, store, events)
 }
 
 /// The `tier-cache-synced` check on `lister`, its reason carrying the watch's last error.
-fn cache_synced(lister: &KubeLister) -> CacheSynced {
+fn cache_synced<C: Backend>(lister: &KubeLister<C::Object>) -> CacheSynced {
     let stats = lister.clone();
-    CacheSynced::new(Arc::new(lister.clone()))
-        .with_last_error(move || stats.watch_stats().last_error)
+    let cache: Arc<dyn TierLister<C>> = Arc::new(lister.clone());
+    CacheSynced::of(cache).with_last_error(move || stats.watch_stats().last_error)
 }
 
-/// [`CONTROLLER_IDENTITY`]: ok once known; else what the SelfSubjectReview last met.
-fn identity_known(identity: ControllerIdentity) -> impl Check {
-    from_fn(move || match identity.state() {
-        IdentityState::Known(_) => CheckState::Ok,
-        IdentityState::Pending {
-            attempts,
-            last_error,
-        } => CheckState::Failed(match last_error {
-            Some(error) => format!(
-                "asking the API server who tierd is (SelfSubjectReview), {attempts} attempts \
-                 failed; UPDATE reviews wait for it: {error}"
-            ),
-            None => "asking the API server who tierd is (SelfSubjectReview); UPDATE reviews \
-                     wait for it"
-                .to_owned(),
-        }),
-    })
-}
-
-/// tierd running; see the [crate docs](crate). Dropping it stops the driver (no write starts
-/// after) and the background tasks; the caches' watches stop once the routers are dropped too.
-/// [`shutdown`](Self::shutdown) also waits for the driver to end.
-pub struct Tierd {
+/// tierd running for controller `C` (Antrea by default); see the [crate docs](crate).
+/// Dropping it stops the driver (no write starts after) and the background tasks; the
+/// caches' watches stop once the routers are dropped too. [`shutdown`](Self::shutdown) also
+/// waits for the driver to end.
+pub struct Tierd<C: Backend = Antrea> {
     ensurer: Ensurer,
     status: StatusHandle,
-    lister: KubeLister,
+    lister: KubeLister<C::Object>,
     readiness: Readiness,
     shutdown: Shutdown,
-    identity: ControllerIdentity,
-    webhook: admission::IdentityGated,
+    parts: C::Parts,
     authorizer: Option<Arc<dyn tier_server::auth::Authorizer>>,
-    certificate: Option<watch::Receiver<CheckState>>,
     health: HealthConfig,
     tasks: Tasks,
 }
 
-impl fmt::Debug for Tierd {
+impl<C: Backend> fmt::Debug for Tierd<C>
+where
+    C::Parts: fmt::Debug,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tierd")
+            .field("controller", &C::NAME)
             .field("status", &self.status.current())
-            .field("identity", &self.identity.state())
+            .field("parts", &self.parts)
             .finish_non_exhaustive()
     }
 }
@@ -492,21 +446,27 @@ impl Drop for Tasks {
     }
 }
 
-impl Tierd {
-    /// A builder for tierd on `clients`, ensuring `desired`.
-    pub fn builder(clients: Clients, desired: DesiredSet) -> Builder {
+impl Tierd<Antrea> {
+    /// The controller identity (known, or still being asked).
+    pub fn identity(&self) -> &ControllerIdentity {
+        self.parts.identity()
+    }
+}
+
+impl<C: Backend> Tierd<C> {
+    /// A builder for tierd on `clients`, ensuring `desired` (the controller is the set's:
+    /// `DesiredSet::antrea()` or `DesiredSet::<Calico>::calico()`).
+    pub fn builder(clients: Clients, desired: DesiredSet<C>) -> Builder<C> {
         Builder {
             clients,
             desired,
             tier_cache: None,
-            controller_user: None,
-            rules: ValidationRules::default(),
+            settings: C::settings(),
             writer: WriterConfig::default(),
             driver: DriverConfig::default(),
             events: Events::Kubernetes { instance: None },
             metrics_auth: false,
             ready_requires_tiers: false,
-            self_signed: None,
             health: HealthConfig::default(),
         }
     }
@@ -526,18 +486,13 @@ impl Tierd {
     }
 
     /// The Tier cache (tierd's own watch, or the embedder's).
-    pub fn lister(&self) -> &KubeLister {
+    pub fn lister(&self) -> &KubeLister<C::Object> {
         &self.lister
     }
 
     /// The readiness registry: every check of tierd; register the embedder's own here.
     pub fn readiness(&self) -> &Readiness {
         &self.readiness
-    }
-
-    /// The controller identity (known, or still being asked).
-    pub fn identity(&self) -> &ControllerIdentity {
-        &self.identity
     }
 
     /// The shutdown signal: trigger it first on SIGTERM so `/readyz` fails at once; servers
@@ -554,11 +509,17 @@ impl Tierd {
             .probes
     }
 
+    /// Whether this controller has a Tier webhook (Antrea: yes; Calico: no, it protects its
+    /// built-in Tiers itself).
+    pub fn has_webhook(&self) -> bool {
+        C::webhook(&self.parts).is_some()
+    }
+
     /// `POST /validate/tier`, for the webhook port (TLS): CREATE once the Tier cache synced,
     /// DELETE once the policy caches did too, an UPDATE changing a priority once the identity
-    /// is known.
+    /// is known. Without a webhook ([`has_webhook`](Self::has_webhook) false): no routes.
     pub fn webhook(&self) -> Router {
-        self.webhook.clone().routes()
+        C::webhook(&self.parts).unwrap_or_default()
     }
 
     /// `/metrics` from `registry` with tierd's metrics added (bring the caller's own, or
@@ -586,7 +547,7 @@ impl Tierd {
     /// Resolves once the self-signed certificate is settled (the files hold it), at once
     /// without [`Builder::self_signed_cert`]; never if tierd shuts down before.
     pub fn certificate_settled(&self) -> impl Future<Output = ()> + Send + 'static {
-        let certificate = self.certificate.clone();
+        let certificate = C::certificate(&self.parts);
         async move {
             let Some(mut check) = certificate else {
                 return;

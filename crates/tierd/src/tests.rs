@@ -4,6 +4,7 @@ use tier_core::TierSpec;
 use tier_core::admission::{References, Request, review};
 
 use super::*;
+use crate::antrea::admission_policy;
 
 #[test]
 fn a_custom_set_adds_to_antreas_reserved_names() {

@@ -44,13 +44,14 @@ struct Cli {
     #[arg(long, default_value_t = 200)]
     hostile_requests: usize,
     /// Seconds per round of the throughput section when wrk is the load client.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 2)]
     throughput_seconds: u64,
-    /// Alternating rounds per row of the throughput section.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds of the throughput section (each measures every server once, in rotated order).
+    #[arg(long, default_value_t = 7)]
     throughput_rounds: usize,
     /// Only these sections (startup, requests, unblock, webhook, throughput, rss, hostile);
-    /// default all.
+    /// default all. `handler` (never part of all) times the webhook's handler alone, for a
+    /// profiler.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -87,6 +88,13 @@ fn main() {
             (cli.throughput_rounds, cli.throughput_seconds)
         };
         rt.block_on(throughput::throughput(cli.requests, seconds, rounds));
+    }
+    if want("handler") {
+        // Only on request: a loop of the handler alone, to run under `valgrind --tool=callgrind`.
+        if !cli.only.is_empty() {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(async { throughput::handler(cli.requests) });
+        }
     }
     if want("rss") {
         let rt = tokio::runtime::Runtime::new().unwrap();

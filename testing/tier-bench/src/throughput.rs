@@ -33,12 +33,43 @@ use crate::quantile;
 /// Connections of the load client.
 const CONNECTIONS: usize = 16;
 
-/// One measurement: reviews per second and latency quantiles in µs.
+/// One measurement: reviews per second, latency quantiles in µs, and the CPU time this process
+/// (the servers; wrk is another process) spent per review, in µs.
 #[derive(Clone, Copy, Debug, Default)]
 struct Measured {
     rate: f64,
     p50: f64,
     p99: f64,
+    /// `None` for the in-process client, whose CPU time cannot be told from the server's.
+    cpu_per_review: Option<f64>,
+    /// The part of it spent in the kernel (system time).
+    system_per_review: Option<f64>,
+}
+
+/// CPU time (user and system, and system alone) of this process so far, in µs, from
+/// `/proc/self/stat` (`None` where there is no such file).
+fn process_cpu_us(ticks_per_second: f64) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces): state is
+    // field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((
+        (utime + stime) * 1e6 / ticks_per_second,
+        stime * 1e6 / ticks_per_second,
+    ))
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`, 100 when unknown).
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
 fn review(operation: &str) -> Value {
@@ -90,6 +121,16 @@ fn handler_alone(body: &str, n: usize) -> f64 {
         std::hint::black_box(webhook.respond(body.as_bytes()));
     }
     started.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64
+}
+
+/// `--only handler`: `requests` CREATE and as many UPDATE reviews through the handler alone,
+/// with the µs of CPU each took.
+pub fn handler(requests: usize) {
+    for operation in ["CREATE", "UPDATE"] {
+        let body = review(operation).to_string();
+        let us = handler_alone(&body, requests);
+        println!("{operation}: {us:.2} µs per review through `Webhook::respond`");
+    }
 }
 
 /// tier-server's webhook, or with `static_route` an axum route answering [`ALLOWED`] after
@@ -190,7 +231,7 @@ fn wrk_duration(text: &str) -> Option<f64> {
     })
 }
 
-fn wrk(addr: SocketAddr, body: &str, seconds: u64) -> Measured {
+fn wrk(addr: SocketAddr, body: &str, seconds: u64, ticks: f64) -> Measured {
     let body_file = TempFile::with("review", "json", body);
     let script = TempFile::with(
         "post",
@@ -201,6 +242,7 @@ fn wrk(addr: SocketAddr, body: &str, seconds: u64) -> Measured {
             body_file.0.display()
         ),
     );
+    let cpu_before = process_cpu_us(ticks);
     let output = Command::new("wrk")
         .args(["-t2", &format!("-c{CONNECTIONS}"), &format!("-d{seconds}s")])
         .arg("--latency")
@@ -209,11 +251,21 @@ fn wrk(addr: SocketAddr, body: &str, seconds: u64) -> Measured {
         .arg(format!("https://{addr}/validate/tier"))
         .output()
         .unwrap();
+    let cpu = cpu_before
+        .zip(process_cpu_us(ticks))
+        .map(|(a, b)| (b.0 - a.0, b.1 - a.1));
     let text = String::from_utf8_lossy(&output.stdout);
     let mut measured = Measured::default();
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
+            [requests, "requests", "in", ..] => {
+                let requests: f64 = requests.parse().unwrap_or_default();
+                if let Some((cpu, system)) = cpu.filter(|_| requests > 0.0) {
+                    measured.cpu_per_review = Some(cpu / requests);
+                    measured.system_per_review = Some(system / requests);
+                }
+            }
             ["Requests/sec:", rate] => measured.rate = rate.parse().unwrap_or_default(),
             ["50%", t] => measured.p50 = wrk_duration(t).unwrap_or_default(),
             ["99%", t] => measured.p99 = wrk_duration(t).unwrap_or_default(),
@@ -277,18 +329,32 @@ async fn in_process(addr: SocketAddr, tls: &Tls, body: &str, requests: usize) ->
         rate: all.len() as f64 / elapsed,
         p50: quantile(&all, 0.5),
         p99: quantile(&all, 0.99),
+        cpu_per_review: None,
+        system_per_review: None,
     }
 }
 
-/// Table 4b; see the [module docs](self). `rounds` alternating measurements per row (the
-/// median rate is shown, with the latencies of that round; the % column is the median of the
-/// per-round ratios to the reference).
+/// The servers measured, in table order; the reference first.
+const SERVERS: [&str; 3] = [
+    "reference",
+    "tier-server `Server`, static axum route",
+    "tier-server webhook",
+];
+
+/// Table 4b; see the [module docs](self). `rounds` rounds per review, each measuring the three
+/// servers one after another, the order rotated every round (so that none is always measured
+/// first or last), after one untimed warm-up round. Shown per server: the median over rounds of
+/// the rate, p50, p99 and CPU per review, and the median (with the lowest and highest) over
+/// rounds of each round's rate against the reference's in the same round, so that load from
+/// elsewhere that changes between rounds cancels; then every round.
 pub async fn throughput(requests: usize, seconds: u64, rounds: usize) {
     let tls = Tls::new();
     let (webhook, _stop_webhook) = webhook_server(&tls, false).await;
     let (static_route, _stop_static) = webhook_server(&tls, true).await;
     let (reference, _stop_reference) = reference_server(&tls).await;
+    let addrs = [reference, static_route, webhook];
     let wrk = wrk_installed();
+    let ticks = clock_ticks();
     let client = if wrk {
         format!("wrk, {CONNECTIONS} connections, 2 threads, {seconds} s per round")
     } else {
@@ -296,61 +362,111 @@ pub async fn throughput(requests: usize, seconds: u64, rounds: usize) {
             "in-process hyper client (wrk not installed), {CONNECTIONS} connections, {requests} reviews per round"
         )
     };
+    let rounds = rounds.max(1);
     println!(
-        "4b. Webhook throughput against a static TLS responder on the same stack ({client}, median of {rounds} alternating rounds)\n"
+        "4b. Webhook throughput against a static TLS responder on the same stack ({client}, \
+         {rounds} rounds, the order rotated each round; medians over rounds)\n"
     );
-    println!("| review | server | reviews/s | p50 (µs) | p99 (µs) | % of reference |");
-    println!("|---|---|---|---|---|---|");
+    let measure = |addr: SocketAddr, body: String, seconds: u64| {
+        let tls = &tls;
+        async move {
+            if wrk {
+                tokio::task::spawn_blocking(move || self::wrk(addr, &body, seconds, ticks))
+                    .await
+                    .unwrap()
+            } else {
+                in_process(addr, tls, &body, requests).await
+            }
+        }
+    };
+    let mut summary = Vec::new();
+    let mut per_round = Vec::new();
     let mut handler: Vec<(&str, f64)> = Vec::new();
     for operation in ["CREATE", "UPDATE"] {
         let body = review(operation).to_string();
-        let mut results: [Vec<Measured>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-        for _ in 0..rounds.max(1) {
-            for (i, addr) in [reference, static_route, webhook].into_iter().enumerate() {
-                let measured = if wrk {
-                    let body = body.clone();
-                    tokio::task::spawn_blocking(move || self::wrk(addr, &body, seconds))
-                        .await
-                        .unwrap()
-                } else {
-                    in_process(addr, &tls, &body, requests).await
-                };
-                results[i].push(measured);
+        if wrk {
+            for addr in addrs {
+                measure(addr, body.clone(), 1).await;
             }
         }
-        // The % column: the median over rounds of each round's rate against the reference's
-        // in the same round, so that load from elsewhere that changes between rounds cancels.
-        let ratios: Vec<f64> = (0..3)
-            .map(|i| {
-                let mut r: Vec<f64> = results[i]
-                    .iter()
-                    .zip(&results[0])
-                    .map(|(m, reference)| 100.0 * m.rate / reference.rate.max(f64::EPSILON))
-                    .collect();
-                crate::median(&mut r)
-            })
-            .collect();
-        let median = |runs: &mut Vec<Measured>| {
-            runs.sort_by(|a, b| a.rate.total_cmp(&b.rate));
-            runs[runs.len() / 2]
-        };
-        let reference_rate = median(&mut results[0]);
-        let static_rate = median(&mut results[1]);
-        let tierd = median(&mut results[2]);
-        for ((name, m), ratio) in [
-            ("reference", reference_rate),
-            ("tier-server `Server`, static axum route", static_rate),
-            ("tier-server webhook", tierd),
-        ]
-        .into_iter()
-        .zip(ratios)
-        {
-            println!(
-                "| {operation} | {name} | {:.0} | {:.0} | {:.0} | {ratio:.0} % |",
-                m.rate, m.p50, m.p99,
-            );
+        let mut results: [Vec<Measured>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        for round in 0..rounds {
+            let order: Vec<usize> = (0..3).map(|i| (i + round) % 3).collect();
+            let mut measured = [Measured::default(); 3];
+            for &i in &order {
+                measured[i] = measure(addrs[i], body.clone(), seconds).await;
+            }
+            let pct = |i: usize| 100.0 * measured[i].rate / measured[0].rate.max(f64::EPSILON);
+            per_round.push(format!(
+                "| {operation} | {} | {} | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.0} % | **{:.0} %** |",
+                round + 1,
+                order.iter().map(|i| ["ref", "static", "webhook"][*i]).collect::<Vec<_>>().join(", "),
+                measured[0].rate,
+                measured[0].p99,
+                measured[1].rate,
+                measured[1].p99,
+                measured[2].rate,
+                measured[2].p99,
+                pct(1),
+                pct(2),
+            ));
+            for (i, m) in measured.into_iter().enumerate() {
+                results[i].push(m);
+            }
+        }
+        for (i, name) in SERVERS.into_iter().enumerate() {
+            let of = |f: fn(&Measured) -> f64| {
+                crate::median(&mut results[i].iter().map(f).collect::<Vec<_>>())
+            };
+            let mut ratios: Vec<f64> = results[i]
+                .iter()
+                .zip(&results[0])
+                .map(|(m, reference)| 100.0 * m.rate / reference.rate.max(f64::EPSILON))
+                .collect();
+            let ratio = crate::median(&mut ratios);
+            let (low, high) = (ratios[0], ratios[ratios.len() - 1]);
+            let mut cpu: Vec<f64> = results[i].iter().filter_map(|m| m.cpu_per_review).collect();
+            let mut system: Vec<f64> = results[i]
+                .iter()
+                .filter_map(|m| m.system_per_review)
+                .collect();
+            let cpu = if cpu.is_empty() {
+                "-".to_owned()
+            } else {
+                format!(
+                    "{:.1} ({:.1})",
+                    crate::median(&mut cpu),
+                    crate::median(&mut system)
+                )
+            };
+            let spread = if i == 0 {
+                String::new()
+            } else {
+                format!(" ({low:.0} to {high:.0})")
+            };
+            summary.push(format!(
+                "| {operation} | {name} | {:.0} | {:.0} | {:.0} | {cpu} | {ratio:.0} %{spread} |",
+                of(|m| m.rate),
+                of(|m| m.p50),
+                of(|m| m.p99),
+            ));
         }
         handler.push((operation, handler_alone(&body, requests.max(1000))));
+    }
+    println!(
+        "| review | server | reviews/s | p50 (µs) | p99 (µs) | server CPU per review, µs (of it kernel) | % of reference (lowest to highest round) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for line in summary {
+        println!("{line}");
+    }
+    println!("\nEvery round: reviews/s (p99 µs), and % of the reference in that round:\n");
+    println!(
+        "| review | round | order | reference | static route | webhook | static % | webhook % |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for line in per_round {
+        println!("{line}");
     }
     println!();
     for (operation, us) in handler {

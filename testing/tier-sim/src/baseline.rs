@@ -26,8 +26,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::FutureExt;
 use tier_core::{
-    Clock, DesiredSet, ErrorClass, Observed, ObservedTier, TierLister, TierSpec, TierWriter,
-    WriteError,
+    Clock, Controller, DesiredSet, ErrorClass, Observed, ObservedTier, TierLister, TierSpec,
+    TierWriter, WriteError,
 };
 
 /// A [`TierWriter`] decorator failing a call that takes longer than `timeout` with a transient
@@ -67,12 +67,12 @@ impl<W, C> CallTimeout<W, C> {
 }
 
 #[async_trait]
-impl<W: TierWriter, C: Clock> TierWriter for CallTimeout<W, C> {
-    async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
+impl<Ctl: Controller, W: TierWriter<Ctl>, C: Clock> TierWriter<Ctl> for CallTimeout<W, C> {
+    async fn create(&self, tier: &Ctl::Spec) -> Result<(), WriteError> {
         self.bounded(self.inner.create(tier)).await
     }
 
-    async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
+    async fn update(&self, tier: &Ctl::Spec, resource_version: &str) -> Result<(), WriteError> {
         self.bounded(self.inner.update(tier, resource_version))
             .await
     }
@@ -83,7 +83,7 @@ pub fn antrea_backoff(attempt: u32) -> Duration {
     Duration::from_secs(1 << attempt.saturating_sub(1).min(3))
 }
 
-async fn sleep<C: Clock>(clock: &C, delay: Duration) {
+pub(crate) async fn sleep<C: Clock>(clock: &C, delay: Duration) {
     clock.sleep_until(clock.now() + delay).await;
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::calico::{CalicoStrategy, calico_outcome_line, calico_table, run_calico_seeds};
 use crate::check::{Invariant, secs};
 use crate::report::{comparison_table, issue_15_summary, numbers_table, tierd_summary};
 use crate::sabotage::Sabotage;
@@ -64,6 +65,20 @@ pub struct Cli {
     /// (random worlds; ignores --strategy and --world).
     #[arg(long)]
     pub numbers: bool,
+    /// Whose Tiers: Antrea's (the default) or Calico's built-ins, with Calico's worlds and
+    /// Calico's own initializer as the baseline (`--strategy calico`, or `all`); `--world`
+    /// and `--numbers` are Antrea's.
+    #[arg(long, value_enum, default_value_t = ControllerArg::Antrea)]
+    pub controller: ControllerArg,
+}
+
+/// The `--controller` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ControllerArg {
+    /// Antrea's six system Tiers.
+    Antrea,
+    /// Calico's three built-in Tiers.
+    Calico,
 }
 
 /// The `--world` values: one family, or every family of issue 15.
@@ -119,7 +134,9 @@ pub enum StrategyArg {
     AntreaOld,
     /// Antrea since the fix only.
     AntreaNew,
-    /// All three on the same seeds, with the comparison table.
+    /// Calico's own `EnsureInitialized` only (with `--controller calico`).
+    Calico,
+    /// Every strategy of the controller on the same seeds, with the comparison table.
     All,
 }
 
@@ -131,6 +148,17 @@ impl StrategyArg {
             StrategyArg::AntreaOld => vec![Strategy::AntreaOld],
             StrategyArg::AntreaNew => vec![Strategy::AntreaNew],
             StrategyArg::All => Strategy::ALL.to_vec(),
+            StrategyArg::Calico => Vec::new(),
+        }
+    }
+
+    /// The Calico strategies it selects (none for Antrea's baselines).
+    pub fn calico_strategies(self) -> Vec<CalicoStrategy> {
+        match self {
+            StrategyArg::Tierd => vec![CalicoStrategy::Tierd],
+            StrategyArg::Calico => vec![CalicoStrategy::Calico],
+            StrategyArg::All => vec![CalicoStrategy::Tierd, CalicoStrategy::Calico],
+            StrategyArg::AntreaOld | StrategyArg::AntreaNew => Vec::new(),
         }
     }
 }
@@ -208,6 +236,13 @@ pub fn run(cli: &Cli) -> ExitCode {
 
 /// Runs the command line, writing what it prints to `out`.
 fn render(cli: &Cli, out: &mut String) -> ExitCode {
+    if cli.controller == ControllerArg::Calico {
+        return render_calico(cli, out);
+    }
+    if cli.strategy == StrategyArg::Calico {
+        let _ = writeln!(out, "error: --strategy calico needs --controller calico");
+        return ExitCode::FAILURE;
+    }
     if cli.numbers {
         return numbers(cli, out);
     }
@@ -378,6 +413,49 @@ fn render_world(cli: &Cli, world: World, out: &mut String) -> ExitCode {
     }
 }
 
+/// `--controller calico`: the seeds in Calico's worlds, the selected strategies, the table.
+fn render_calico(cli: &Cli, out: &mut String) -> ExitCode {
+    let strategies = cli.strategy.calico_strategies();
+    if strategies.is_empty() {
+        let _ = writeln!(
+            out,
+            "error: with --controller calico, --strategy is tierd, calico or all"
+        );
+        return ExitCode::FAILURE;
+    }
+    let config = SimConfig {
+        limit: Duration::from_secs(cli.limit),
+        verbose: cli.verbose,
+        ..SimConfig::default()
+    };
+    let reports = match run_calico_seeds(&seeds(cli), &strategies, &config, jobs(cli)) {
+        Ok(reports) => reports,
+        Err(e) => {
+            let _ = writeln!(out, "error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for r in &reports {
+        if cli.verbose && cli.seed.is_some() {
+            for line in &r.trace {
+                let _ = writeln!(out, "{line}");
+            }
+        }
+        if cli.verbose || (r.strategy == CalicoStrategy::Tierd && !r.passed()) {
+            let _ = writeln!(out, "{}", calico_outcome_line(r));
+        }
+    }
+    let _ = write!(out, "{}", calico_table(&reports));
+    let failed = reports
+        .iter()
+        .any(|r| r.strategy == CalicoStrategy::Tierd && !r.passed());
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 /// Every selected strategy on [`Scenario::issue_6694`], one line each.
 fn issue_6694(strategies: &[Strategy], config: &SimConfig) -> String {
     let scenario = Scenario::issue_6694();
@@ -412,6 +490,34 @@ mod tests {
             let cli = Cli::parse_from(["tier-sim", "--world", world.as_str()]);
             assert_eq!(cli.world[0].worlds(), vec![world]);
         }
+    }
+
+    #[test]
+    fn calico_strategies_need_the_calico_controller() {
+        let cli = Cli::parse_from(["tier-sim", "--controller", "calico", "--strategy", "all"]);
+        assert_eq!(cli.controller, ControllerArg::Calico);
+        assert_eq!(
+            cli.strategy.calico_strategies(),
+            [CalicoStrategy::Tierd, CalicoStrategy::Calico]
+        );
+        let mut out = String::new();
+        let cli = Cli::parse_from(["tier-sim", "--strategy", "calico", "--seeds", "1"]);
+        assert_eq!(render(&cli, &mut out), ExitCode::FAILURE);
+        assert!(out.contains("--controller calico"), "{out}");
+        let mut out = String::new();
+        let cli = Cli::parse_from([
+            "tier-sim",
+            "--controller",
+            "calico",
+            "--strategy",
+            "all",
+            "--seeds",
+            "5",
+            "--jobs",
+            "1",
+        ]);
+        assert_eq!(render(&cli, &mut out), ExitCode::SUCCESS, "{out}");
+        assert!(out.starts_with("world "), "{out}");
     }
 
     #[test]

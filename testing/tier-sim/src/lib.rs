@@ -20,6 +20,8 @@
 //! - [`sim`]: [`run_seed`] / [`run_scenario`] / [`run_seeds`] and the [`SeedReport`]; the
 //!   world of a run (cluster, adversary, end of the fault phase) is in the private `world`.
 //! - [`baseline`]: Antrea's old and new strategies over the core's ports.
+//! - [`calico`]: Calico's worlds, run by tierd's fleet and by Calico's own `EnsureInitialized`
+//!   (`--controller calico`), on the same draws of faults and initializers.
 //! - [`sabotage`]: deliberately broken initializers, proving the checks can fail.
 //! - [`report`]: summaries and the comparison table.
 //! - [`cli`]: the `tier-sim` command line.
@@ -39,6 +41,7 @@
 
 pub mod baseline;
 pub mod bounds;
+pub mod calico;
 pub mod check;
 pub mod cli;
 mod liveness;

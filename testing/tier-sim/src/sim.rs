@@ -223,7 +223,30 @@ pub fn run_seeds(
     config: &SimConfig,
     jobs: usize,
 ) -> Result<Vec<SeedReport>, SimError> {
-    let work: Vec<(u64, Strategy)> = seeds
+    let mut reports = in_parallel(seeds, strategies, jobs, |seed, strategy| {
+        run_seed(seed, &config.clone().with_strategy(strategy))
+    })?;
+    reports.sort_by_key(|r| (r.seed, r.strategy));
+    Ok(reports)
+}
+
+/// Runs `run` on every `(seed, strategy)` pair on `jobs` threads, in no particular order:
+/// the one pool every controller's runs share.
+///
+/// # Errors
+///
+/// The first [`SimError`].
+pub(crate) fn in_parallel<S, R>(
+    seeds: &[u64],
+    strategies: &[S],
+    jobs: usize,
+    run: impl Fn(u64, S) -> Result<R, SimError> + Sync,
+) -> Result<Vec<R>, SimError>
+where
+    S: Copy + Send + Sync,
+    R: Send,
+{
+    let work: Vec<(u64, S)> = seeds
         .iter()
         .flat_map(|&seed| strategies.iter().map(move |&s| (seed, s)))
         .collect();
@@ -233,8 +256,7 @@ pub fn run_seeds(
         for _ in 0..jobs.clamp(1, work.len().max(1)) {
             scope.spawn(|| {
                 while let Some(&(seed, strategy)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let config = config.clone().with_strategy(strategy);
-                    let result = run_seed(seed, &config);
+                    let result = run(seed, strategy);
                     results
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -243,13 +265,11 @@ pub fn run_seeds(
             });
         }
     });
-    let mut reports = results
+    results
         .into_inner()
         .unwrap_or_else(PoisonError::into_inner)
         .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-    reports.sort_by_key(|r| (r.seed, r.strategy));
-    Ok(reports)
+        .collect()
 }
 
 /// One started initializer.

@@ -5,8 +5,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tier_core::{DesiredSet, DriverConfig, ObservedTier, TierLister, TierSpec, in_sync};
-use tier_memory::faults::{forbidden, unavailable};
-use tier_memory::{Admission, CacheConfig, MemoryCluster, RandomFaults, Verb};
+use tier_memory::faults::{forbidden_on, unavailable};
+use tier_memory::{
+    ANTREA_TIERS, Admission, CacheConfig, Faults, MemoryCluster, RandomFaults, Resource, Verb,
+};
 use tokio::task::JoinHandle;
 use tokio::time::sleep_until;
 
@@ -24,6 +26,16 @@ pub(crate) fn build_cluster(scenario: &Scenario) -> MemoryCluster {
         .admission(Admission::antrea().reading(scenario.webhook.view))
         .lag(scenario.webhook.lag)
         .build();
+    script_faults(&cluster.faults(), scenario, ANTREA_TIERS);
+    if !scenario.webhook.unreachable_until.is_zero() {
+        cluster.set_webhook_reachable(false);
+    }
+    cluster
+}
+
+/// Scripts the random and targeted faults of `scenario` (until `quiet` clears them), RBAC's
+/// refusals worded for `resource`. Shared by every controller's worlds.
+pub(crate) fn script_faults(faults: &Faults, scenario: &Scenario, resource: Resource) {
     let plan = &scenario.faults;
     let mut random = RandomFaults::new(scenario.seed)
         .failing(plan.fail)
@@ -32,27 +44,25 @@ pub(crate) fn build_cluster(scenario: &Scenario) -> MemoryCluster {
     if let Some(after) = plan.retry_after {
         random = random.retry_after(after);
     }
-    cluster.faults().random(random);
+    faults.random(random);
     for verb in [Verb::Create, Verb::Update] {
         if plan.hangs > 0 {
-            cluster.faults().fail_next(verb, plan.hangs).hang();
+            faults.fail_next(verb, plan.hangs).hang();
         }
     }
     for fault in &scenario.targeted {
-        let mut rule = cluster.faults().fail_next(fault.verb, 0).forever();
+        let mut rule = faults.fail_next(fault.verb, 0).forever();
         if let Some(name) = &fault.name {
             rule = rule.for_name(name.clone());
         }
         match fault.effect {
             TargetedEffect::Unavailable => drop(rule.with(unavailable())),
             TargetedEffect::Hang => drop(rule.hang()),
-            TargetedEffect::Forbidden => drop(rule.with(forbidden(fault.verb, USER))),
+            TargetedEffect::Forbidden => {
+                drop(rule.with(forbidden_on(resource, fault.verb, USER)));
+            }
         }
     }
-    if !scenario.webhook.unreachable_until.is_zero() {
-        cluster.set_webhook_reachable(false);
-    }
-    cluster
 }
 
 /// The prune controller of [`Scenario::pruned`]: deletes the Tier `name` at the very instant the

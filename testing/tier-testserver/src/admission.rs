@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode, header};
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -25,6 +25,9 @@ use crate::status::StatusError;
 use crate::store::Store;
 use crate::tier::{GROUP, KIND, PLURAL, VERSION};
 use crate::util::new_uid;
+
+/// Largest webhook response read (a larger one fails the call, as a garbled one does).
+const WEBHOOK_RESPONSE_LIMIT: usize = 3 * 1024 * 1024;
 
 /// One write under review.
 #[derive(Debug, Clone, Copy)]
@@ -167,11 +170,9 @@ impl WebhookClient {
         let exchange = async {
             let response = self.post.request(request).await.map_err(boxed)?;
             let status = response.status();
-            let bytes = response
-                .into_body()
+            let bytes = Limited::new(response.into_body(), WEBHOOK_RESPONSE_LIMIT)
                 .collect()
-                .await
-                .map_err(boxed)?
+                .await?
                 .to_bytes();
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, bytes))
         };

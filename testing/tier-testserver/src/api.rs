@@ -8,28 +8,35 @@ use http::{HeaderMap, Method, header};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
+use crate::calico::CalicoApi;
+use crate::context::{ApiRequest, Shared};
 use crate::discovery::Document;
 use crate::events;
 use crate::faults::{FaultAction, Verb};
 use crate::log::{Endpoint, RequestRecord};
-use crate::policies::{self, PolicyResource};
+use crate::objects::ObjectKind;
+use crate::policies::PolicyResource;
+use crate::policy_api;
 use crate::reply::{self, Outcome};
-use crate::resources::{self, ObjectKind, ObjectRequest};
-use crate::server::Shared;
+use crate::resources::{self, ObjectRequest};
 use crate::status::StatusError;
-use crate::store::EventsApi;
-use crate::tiers::{self, TierRequest};
+use crate::store::{EventsApi, TableId};
+use crate::tier;
+use crate::tier_api::{AntreaTiers, CalicoTiers};
+use crate::tiers;
 use crate::util::{object_name, parse_query};
 
 /// Where a path leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Route {
-    /// The Tier collection (`name: None`) or one Tier.
+    /// A Tier collection (`name: None`) or one Tier, of Antrea's or Calico's resource.
     Tiers {
+        table: TableId,
         name: Option<String>,
     },
     /// The deprecated `/watch/` prefix form of a Tier watch.
     WatchTiers {
+        table: TableId,
         name: Option<String>,
     },
     /// An Antrea policy collection (all namespaces, or one) or one policy.
@@ -62,7 +69,8 @@ enum Route {
 }
 
 impl Route {
-    fn parse(path: &str) -> Self {
+    /// The route of `path`, with Calico's Tier served at `calico`.
+    fn parse(path: &str, calico: CalicoApi) -> Self {
         let trimmed = path.trim_matches('/');
         let segments: Vec<&str> = trimmed.split('/').collect();
         let owned = |s: &str| s.to_owned();
@@ -73,17 +81,10 @@ impl Route {
                 name,
             };
         }
+        if let Some(route) = Self::tiers(&segments, calico) {
+            return route;
+        }
         match segments.as_slice() {
-            ["apis", "crd.antrea.io", "v1beta1", "tiers"] => Self::Tiers { name: None },
-            ["apis", "crd.antrea.io", "v1beta1", "tiers", name] => Self::Tiers {
-                name: Some(owned(name)),
-            },
-            ["apis", "crd.antrea.io", "v1beta1", "watch", "tiers"] => {
-                Self::WatchTiers { name: None }
-            }
-            ["apis", "crd.antrea.io", "v1beta1", "watch", "tiers", name] => Self::WatchTiers {
-                name: Some(owned(name)),
-            },
             ["apis", "crd.antrea.io", "v1beta1", plural]
                 if PolicyResource::from_plural(plural).is_some() =>
             {
@@ -146,8 +147,38 @@ impl Route {
                 Self::SelfSubjectReview
             }
             ["healthz" | "livez" | "readyz", ..] => Self::Health,
-            _ => Document::for_path(&format!("/{trimmed}")).map_or(Self::Unknown, Self::Discovery),
+            _ => Document::for_path(&format!("/{trimmed}"), calico)
+                .map_or(Self::Unknown, Self::Discovery),
         }
+    }
+
+    /// A Tier path of Antrea's (`crd.antrea.io/v1beta1`) or Calico's (`calico`) group.
+    fn tiers(segments: &[&str], calico: CalicoApi) -> Option<Self> {
+        let (group, version, rest) = match segments {
+            ["apis", group, version, rest @ ..] => (*group, *version, rest),
+            _ => return None,
+        };
+        let table = if (group, version) == (tier::GROUP, tier::VERSION) {
+            TableId::Antrea
+        } else if (group, version) == (calico.group(), calico.version()) {
+            TableId::Calico
+        } else {
+            return None;
+        };
+        let name = |n: &&str| Some((*n).to_owned());
+        Some(match rest {
+            ["tiers"] => Self::Tiers { table, name: None },
+            ["tiers", n] => Self::Tiers {
+                table,
+                name: name(n),
+            },
+            ["watch", "tiers"] => Self::WatchTiers { table, name: None },
+            ["watch", "tiers", n] => Self::WatchTiers {
+                table,
+                name: name(n),
+            },
+            _ => return None,
+        })
     }
 
     fn policies(plural: &str, namespace: Option<&str>, name: Option<&str>) -> Self {
@@ -163,7 +194,10 @@ impl Route {
 
     fn endpoint(&self) -> Endpoint {
         match self {
-            Self::Tiers { .. } | Self::WatchTiers { .. } => Endpoint::Tiers,
+            Self::Tiers { table, .. } | Self::WatchTiers { table, .. } => match table {
+                TableId::Antrea => Endpoint::Tiers,
+                TableId::Calico => Endpoint::CalicoTiers,
+            },
             Self::Policies { .. } => Endpoint::Policies,
             Self::Events { .. } => Endpoint::Events,
             Self::Objects { .. } => Endpoint::Objects,
@@ -182,7 +216,7 @@ impl Route {
 /// Handles one request and logs it.
 pub(crate) async fn handle(shared: Arc<Shared>, request: http::Request<Incoming>) -> Outcome {
     let (parts, body) = request.into_parts();
-    let route = Route::parse(parts.uri.path());
+    let route = Route::parse(parts.uri.path(), shared.store.calico_api());
     let mut record = RequestRecord {
         seq: 0,
         method: parts.method.to_string(),
@@ -236,7 +270,12 @@ async fn dispatch(
         Route::Health => Outcome::Respond(reply::text(200, "ok")),
         Route::Discovery(document) => {
             if method == Method::GET {
-                Outcome::Respond(reply::json(200, &document.render(shared.addr)))
+                let calico = shared.store.calico();
+                let served = calico.installed().then(|| calico.api());
+                match document.render(shared.addr, served) {
+                    Some(body) => Outcome::Respond(reply::json(200, &body)),
+                    None => respond(&StatusError::path_not_found()),
+                }
             } else {
                 respond(&StatusError::method_not_allowed(method.as_str()))
             }
@@ -326,7 +365,7 @@ async fn dispatch(
                 Err(e) => return respond(&e),
             };
             // Faults before serving apply here too (by verb and name); lost responses do not.
-            let fault = shared.faults.take(verb, name.as_deref());
+            let fault = shared.faults.take(verb, name.as_deref(), kind.resource());
             record.fault = fault.as_ref().map(FaultAction::kind);
             if let Some(outcome) = before_serving(fault.as_ref()).await {
                 return outcome;
@@ -341,12 +380,18 @@ async fn dispatch(
             };
             Outcome::Respond(resources::serve(&shared.store, verb, &request))
         }
-        Route::Tiers { name } => {
+        Route::Tiers { table, name } => {
             let query = parse_query(parts.uri.query().unwrap_or_default());
             let Some(verb) = object_verb(method, name.is_some(), &query) else {
                 return respond(&StatusError::method_not_allowed(method.as_str()));
             };
-            tiers_request(shared, parts, body, verb, name, query, &user, record).await
+            let request = TiersRequest {
+                table,
+                verb,
+                name,
+                query,
+            };
+            tiers_request(shared, parts, body, request, &user, record).await
         }
         Route::Policies {
             resource,
@@ -363,13 +408,13 @@ async fn dispatch(
                 Ok(body) => body,
                 Err(e) => return respond(&e),
             };
-            let request = TierRequest {
+            let request = ApiRequest {
                 user: &user,
                 query: &query,
                 content_type: media_type(&parts.headers),
                 body,
             };
-            Outcome::Respond(policies::serve(
+            Outcome::Respond(policy_api::serve(
                 shared,
                 resource,
                 verb,
@@ -378,12 +423,17 @@ async fn dispatch(
                 &request,
             ))
         }
-        Route::WatchTiers { name } => {
+        Route::WatchTiers { table, name } => {
             if method != Method::GET {
                 return respond(&StatusError::method_not_allowed(method.as_str()));
             }
-            let query = parse_query(parts.uri.query().unwrap_or_default());
-            tiers_request(shared, parts, body, Verb::Watch, name, query, &user, record).await
+            let request = TiersRequest {
+                table,
+                verb: Verb::Watch,
+                name,
+                query: parse_query(parts.uri.query().unwrap_or_default()),
+            };
+            tiers_request(shared, parts, body, request, &user, record).await
         }
     }
 }
@@ -408,17 +458,28 @@ fn object_verb(method: &Method, named: bool, query: &[(String, String)]) -> Opti
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A routed Tier request, before its body is read.
+struct TiersRequest {
+    table: TableId,
+    verb: Verb,
+    name: Option<String>,
+    query: Vec<(String, String)>,
+}
+
 async fn tiers_request(
     shared: &Arc<Shared>,
     parts: &http::request::Parts,
     body: Incoming,
-    verb: Verb,
-    name: Option<String>,
-    query: Vec<(String, String)>,
+    request: TiersRequest,
     user: &str,
     record: &mut RequestRecord,
 ) -> Outcome {
+    let TiersRequest {
+        table,
+        verb,
+        name,
+        query,
+    } = request;
     record.verb = Some(verb);
     let body = if matches!(
         verb,
@@ -438,18 +499,27 @@ async fn tiers_request(
         (_, name) => name,
     };
     record.name.clone_from(&name);
-    let fault = shared.faults.take(verb, name.as_deref());
+    let calico = shared.store.calico_api();
+    let resource = match table {
+        TableId::Antrea => tier::TIERS,
+        TableId::Calico => calico.resource(),
+    };
+    let fault = shared.faults.take(verb, name.as_deref(), resource);
     record.fault = fault.as_ref().map(FaultAction::kind);
     if let Some(outcome) = before_serving(fault.as_ref()).await {
         return outcome;
     }
-    let request = TierRequest {
+    let request = ApiRequest {
         user,
         query: &query,
         content_type: media_type(&parts.headers),
         body,
     };
-    let response = tiers::serve(shared, verb, name.as_deref(), &request).await;
+    let name = name.as_deref();
+    let response = match table {
+        TableId::Antrea => tiers::serve(shared, &AntreaTiers, verb, name, &request).await,
+        TableId::Calico => tiers::serve(shared, &CalicoTiers(calico), verb, name, &request).await,
+    };
     match fault {
         Some(FaultAction::LoseResponse {
             code,
@@ -525,24 +595,71 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, StatusError> {
 mod tests {
     use super::*;
 
+    const CALICO: CalicoApi = CalicoApi::V3;
+
+    #[test]
+    fn routes_calicos_tiers_at_the_configured_api() {
+        assert_eq!(
+            Route::parse("/apis/projectcalico.org/v3/tiers/default", CALICO),
+            Route::Tiers {
+                table: TableId::Calico,
+                name: Some("default".into())
+            }
+        );
+        assert_eq!(
+            Route::parse("/apis/projectcalico.org/v3/watch/tiers", CALICO),
+            Route::WatchTiers {
+                table: TableId::Calico,
+                name: None
+            }
+        );
+        assert_eq!(
+            Route::parse("/apis/crd.projectcalico.org/v1/tiers", CALICO),
+            Route::Unknown
+        );
+        assert_eq!(
+            Route::parse("/apis/crd.projectcalico.org/v1/tiers", CalicoApi::CrdV1),
+            Route::Tiers {
+                table: TableId::Calico,
+                name: None
+            }
+        );
+        assert_eq!(
+            Route::parse("/apis/projectcalico.org/v3", CALICO),
+            Route::Discovery(Document::CalicoVersion)
+        );
+        assert_eq!(
+            Route::parse("/apis/projectcalico.org", CALICO),
+            Route::Discovery(Document::CalicoGroup)
+        );
+        assert_eq!(
+            Route::parse("/apis/projectcalico.org/v1", CALICO),
+            Route::Unknown
+        );
+    }
+
     #[test]
     fn routes_paths() {
         assert_eq!(
-            Route::parse("/apis/crd.antrea.io/v1beta1/tiers"),
-            Route::Tiers { name: None }
+            Route::parse("/apis/crd.antrea.io/v1beta1/tiers", CALICO),
+            Route::Tiers {
+                table: TableId::Antrea,
+                name: None
+            }
         );
         assert_eq!(
-            Route::parse("/apis/crd.antrea.io/v1beta1/tiers/baseline"),
+            Route::parse("/apis/crd.antrea.io/v1beta1/tiers/baseline", CALICO),
             Route::Tiers {
+                table: TableId::Antrea,
                 name: Some("baseline".into())
             }
         );
         assert_eq!(
-            Route::parse("/apis/crd.antrea.io/v1beta1/tiers/baseline/status"),
+            Route::parse("/apis/crd.antrea.io/v1beta1/tiers/baseline/status", CALICO),
             Route::Unknown
         );
         assert_eq!(
-            Route::parse("/apis/events.k8s.io/v1/namespaces/default/events"),
+            Route::parse("/apis/events.k8s.io/v1/namespaces/default/events", CALICO),
             Route::Events {
                 api: EventsApi::EventsV1,
                 namespace: "default".into(),
@@ -550,11 +667,14 @@ mod tests {
             }
         );
         assert_eq!(
-            Route::parse("/apis/crd.antrea.io/v1beta1"),
+            Route::parse("/apis/crd.antrea.io/v1beta1", CALICO),
             Route::Discovery(Document::AntreaV1beta1)
         );
-        assert_eq!(Route::parse("/readyz/ping"), Route::Health);
-        assert_eq!(Route::parse("/apis/apps/v1/deployments"), Route::Unknown);
+        assert_eq!(Route::parse("/readyz/ping", CALICO), Route::Health);
+        assert_eq!(
+            Route::parse("/apis/apps/v1/deployments", CALICO),
+            Route::Unknown
+        );
     }
 
     #[test]

@@ -16,17 +16,9 @@
 use http::Response;
 use serde_json::{Value, json};
 
+use crate::context::Shared;
 use crate::reply::{self, ResponseBody};
-use crate::server::Shared;
-use crate::status::StatusError;
-
-/// A user's permission to use `verb` on the non-resource URL `path` (RBAC's `nonResourceURLs`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub(crate) user: String,
-    pub(crate) verb: String,
-    pub(crate) path: String,
-}
+use crate::status::{Cause, StatusError};
 
 fn decode(body: &[u8], kind: &str) -> Result<Value, StatusError> {
     let value: Value = serde_json::from_slice(body)
@@ -87,7 +79,7 @@ pub(crate) fn subject_access_review(shared: &Shared, body: &[u8]) -> Response<Re
             "authorization.k8s.io",
             "SubjectAccessReview",
             "",
-            &[crate::status::Cause::new(
+            &[Cause::new(
                 "FieldValueRequired",
                 "at least one of user or group must be specified",
                 "spec.user",

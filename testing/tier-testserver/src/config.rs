@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::antrea::WEBHOOK_NAME;
+use crate::calico::CalicoApi;
 
 /// How Tier writes are admitted after schema validation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -129,6 +130,46 @@ pub struct ServerConfig {
     /// Whether `authentication.k8s.io/v1` `selfsubjectreviews` is served (Kubernetes 1.28+;
     /// off: 404, as an older server answers).
     pub self_subject_review: bool,
+    /// The API Calico's Tier is served at (default `projectcalico.org/v3`).
+    pub calico_api: CalicoApi,
+    /// Whether Calico's Tier CRD is installed at start (off by default: every request for it
+    /// answers 404 until [`CalicoTiers::install`](crate::CalicoTiers::install)).
+    pub calico_installed: bool,
+    /// Bounds on what clients can make the server hold.
+    pub limits: Limits,
+}
+
+/// Bounds on what clients can make the server hold; beyond them it refuses or forgets, as a
+/// real cluster's storage quota, Event TTL and request limits do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most objects per resource (each Tier resource, each policy resource, each plain object
+    /// kind): a create beyond gets 500 InternalError, as a full etcd answers.
+    pub max_objects: usize,
+    /// Largest object stored, serialized (etcd's default request limit, 1.5 MiB): a write
+    /// that would store a larger one (e.g. labels grown patch by patch) gets 413.
+    pub max_object_bytes: usize,
+    /// Most Events kept: the oldest is forgotten for a new one (Events expire in a cluster).
+    pub max_events: usize,
+    /// Most request-log records kept: the oldest is forgotten (`seq` keeps counting).
+    pub max_log_records: usize,
+    /// Most watches open at once: one more gets 429 TooManyRequests with `Retry-After: 1`.
+    pub max_watches: usize,
+    /// Most connections served at once: further clients wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_objects: 10_000,
+            max_object_bytes: 1_572_864,
+            max_events: 10_000,
+            max_log_records: 100_000,
+            max_watches: 1_000,
+            max_connections: 1_024,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -143,6 +184,9 @@ impl Default for ServerConfig {
             cluster_network_policy: false,
             port: 0,
             self_subject_review: true,
+            calico_api: CalicoApi::V3,
+            calico_installed: false,
+            limits: Limits::default(),
         }
     }
 }
@@ -187,6 +231,30 @@ impl ServerConfig {
     #[must_use]
     pub fn without_self_subject_review(mut self) -> Self {
         self.self_subject_review = false;
+        self
+    }
+
+    /// Serves Calico's Tier at `api`, its CRD installed (a Calico cluster).
+    #[must_use]
+    pub fn calico(mut self, api: CalicoApi) -> Self {
+        self.calico_api = api;
+        self.calico_installed = true;
+        self
+    }
+
+    /// Serves Calico's Tier at `api` once its CRD is installed
+    /// ([`CalicoTiers::install`](crate::CalicoTiers::install)); until then it answers 404.
+    #[must_use]
+    pub fn calico_not_installed(mut self, api: CalicoApi) -> Self {
+        self.calico_api = api;
+        self.calico_installed = false;
+        self
+    }
+
+    /// Sets the bounds on what clients can make the server hold.
+    #[must_use]
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
         self
     }
 

@@ -1,10 +1,12 @@
 //! Discovery documents (`/api`, `/apis`, group and group-version resource lists) and
-//! `/version`, listing only what this server serves.
+//! `/version`, listing only what this server serves: Calico's group only while its Tier CRD is
+//! installed, as kube-apiserver lists a CRD's group only while the CRD exists.
 
 use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
+use crate::calico::CalicoApi;
 use crate::tier::{GROUP, KIND, PLURAL, VERSION};
 
 /// A discovery document the server knows.
@@ -20,6 +22,10 @@ pub(crate) enum Document {
     AntreaGroup,
     /// `/apis/crd.antrea.io/v1beta1`.
     AntreaV1beta1,
+    /// `/apis/projectcalico.org` (or `crd.projectcalico.org`).
+    CalicoGroup,
+    /// `/apis/projectcalico.org/v3` (or `crd.projectcalico.org/v1`).
+    CalicoVersion,
     /// `/apis/events.k8s.io`.
     EventsGroup,
     /// `/apis/events.k8s.io/v1`.
@@ -29,9 +35,20 @@ pub(crate) enum Document {
 }
 
 impl Document {
-    /// The document for a path, if it is one.
-    pub(crate) fn for_path(path: &str) -> Option<Self> {
-        Some(match path.trim_end_matches('/') {
+    /// The document for a path, if it is one, with Calico's Tier served at `calico`.
+    pub(crate) fn for_path(path: &str, calico: CalicoApi) -> Option<Self> {
+        let path = path.trim_end_matches('/');
+        if let Some(rest) = path
+            .strip_prefix("/apis/")
+            .and_then(|p| p.strip_prefix(calico.group()))
+        {
+            return match rest.strip_prefix('/') {
+                None if rest.is_empty() => Some(Self::CalicoGroup),
+                Some(version) if version == calico.version() => Some(Self::CalicoVersion),
+                _ => None,
+            };
+        }
+        Some(match path {
             "/api" => Self::CoreVersions,
             "/api/v1" => Self::CoreV1,
             "/apis" => Self::Groups,
@@ -44,20 +61,37 @@ impl Document {
         })
     }
 
-    /// The JSON body.
-    pub(crate) fn render(self, addr: SocketAddr) -> Value {
-        match self {
+    /// The JSON body; `None` (404) for Calico's documents while `calico` is `None`, i.e. its
+    /// CRD is not installed.
+    pub(crate) fn render(self, addr: SocketAddr, calico: Option<CalicoApi>) -> Option<Value> {
+        let calico_group = calico.map(|api| group(api.group(), api.version()));
+        Some(match self {
             Self::CoreVersions => json!({
                 "kind": "APIVersions",
                 "versions": ["v1"],
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": addr.to_string()}],
             }),
             Self::CoreV1 => resource_list("v1", vec![events_resource()]),
-            Self::Groups => json!({
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": [group(GROUP, VERSION), group("events.k8s.io", "v1")],
-            }),
+            Self::Groups => {
+                let mut groups = vec![group(GROUP, VERSION), group("events.k8s.io", "v1")];
+                groups.extend(calico_group);
+                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+            }
+            Self::CalicoGroup => with_type(calico_group?),
+            Self::CalicoVersion => {
+                let api = calico?;
+                resource_list(
+                    api.api_version(),
+                    vec![json!({
+                        "name": crate::calico::PLURAL,
+                        "singularName": "tier",
+                        "namespaced": false,
+                        "kind": crate::calico::KIND,
+                        "verbs": ["delete", "get", "list", "patch", "create", "update", "watch"],
+                        "storageVersionHash": "tierd-testserver",
+                    })],
+                )
+            }
             Self::AntreaGroup => with_type(group(GROUP, VERSION)),
             Self::EventsGroup => with_type(group("events.k8s.io", "v1")),
             Self::AntreaV1beta1 => resource_list(
@@ -84,7 +118,7 @@ impl Document {
                 "compiler": "gc",
                 "platform": "linux/amd64",
             }),
-        }
+        })
     }
 }
 

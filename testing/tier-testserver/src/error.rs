@@ -30,6 +30,9 @@ pub enum Error {
     /// Building a TLS configuration failed.
     #[error("building the TLS configuration failed")]
     Tls(#[source] rustls::Error),
+    /// Seeding the store at start failed.
+    #[error("seeding the store failed: {0}")]
+    Seed(#[source] crate::status::StatusError),
     /// Generating the test webhook's certificate failed.
     #[error("generating a self-signed certificate failed")]
     Certificate(#[source] rcgen::Error),

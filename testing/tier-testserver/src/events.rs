@@ -39,21 +39,9 @@ pub(crate) fn serve(
                 }),
             ))
         }
-        _ => Err(StatusError::method_not_allowed(verb_name(verb))),
+        _ => Err(StatusError::method_not_allowed(verb.as_str())),
     };
     result.unwrap_or_else(|error| reply::status(&error))
-}
-
-fn verb_name(verb: Verb) -> &'static str {
-    match verb {
-        Verb::List => "list",
-        Verb::Watch => "watch",
-        Verb::Get => "get",
-        Verb::Create => "create",
-        Verb::Update => "update",
-        Verb::Patch => "patch",
-        Verb::Delete => "delete",
-    }
 }
 
 fn decode(body: &[u8]) -> Result<Value, StatusError> {

@@ -1,13 +1,17 @@
 //! Fault injection: rules that make the next matching Tier requests fail, lose their
 //! response, stall or hang.
 //!
-//! A [`Fault`] matches a [`Verb`] and optionally an object name, fires for a number of
-//! requests (once by default, or forever) and then disappears. The first matching fault with
+//! A [`Fault`] matches a [`Verb`], optionally an object name and optionally one resource
+//! (e.g. only Calico's Tiers), fires for a number of requests (once by default, or forever)
+//! and then disappears. The first matching fault with
 //! budget left wins; at most one fault applies to a request.
 
 use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::time::Duration;
+
+use crate::status::ResourceName;
+use crate::tier;
 
 /// What a Tier request does, as kube-apiserver's authorizer would name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +30,21 @@ pub enum Verb {
     Patch,
     /// DELETE on one object.
     Delete,
+}
+
+impl Verb {
+    /// The verb as RBAC names it (`create`, `list`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Get => "get",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+        }
+    }
 }
 
 /// What happens to a request a fault matches.
@@ -99,6 +118,9 @@ pub struct Fault {
     pub verb: Verb,
     /// The object name it matches (`None`: any). For a create, the name in the body.
     pub name: Option<String>,
+    /// The resource it matches (`None`: any resource faults apply to: both Tier resources,
+    /// Secrets and webhook configurations).
+    pub resource: Option<ResourceName>,
     /// How many matching requests it fires for (`None`: until removed).
     pub times: Option<u32>,
     /// What it does.
@@ -111,6 +133,7 @@ impl Fault {
         Self {
             verb,
             name: None,
+            resource: None,
             times: Some(1),
             action,
         }
@@ -152,27 +175,31 @@ impl Fault {
 
     /// 403 Forbidden from RBAC for `verb` on Tiers, worded as kube-apiserver words it for
     /// `user` (`... cannot create resource "tiers" in API group "crd.antrea.io" at the cluster
-    /// scope`), so a client can read the missing permission from it. RBAC cannot restrict
+    /// scope`), so a client can read the missing permission from it. It matches any resource;
+    /// [`forbidden_on`](Self::forbidden_on) names and matches one. RBAC cannot restrict
     /// `create` by object name: leave [`name`](Self::name) unset for a create.
     pub fn forbidden(verb: Verb, user: &str) -> Self {
-        let verb_name = match verb {
-            Verb::List => "list",
-            Verb::Watch => "watch",
-            Verb::Get => "get",
-            Verb::Create => "create",
-            Verb::Update => "update",
-            Verb::Patch => "patch",
-            Verb::Delete => "delete",
-        };
+        let mut fault = Self::forbidden_on(tier::TIERS, verb, user);
+        fault.resource = None;
+        fault
+    }
+
+    /// 403 Forbidden from RBAC for `verb` on `resource` only (e.g. Calico's Tiers,
+    /// `CalicoApi::V3.resource()`), worded as kube-apiserver words it for `user`: RBAC grants
+    /// per resource and verb, so a create can be forbidden while updates are allowed.
+    pub fn forbidden_on(resource: ResourceName, verb: Verb, user: &str) -> Self {
+        let (plural, group) = (resource.plural, resource.group);
         Self::status(
             verb,
             403,
             "Forbidden",
             &format!(
-                "tiers.crd.antrea.io is forbidden: User \"{user}\" cannot {verb_name} resource \
-                 \"tiers\" in API group \"crd.antrea.io\" at the cluster scope"
+                "{} is forbidden: User \"{user}\" cannot {} resource \"{plural}\" in API group \"{group}\" at the cluster scope",
+                resource.qualified_resource(),
+                verb.as_str()
             ),
         )
+        .on(resource)
     }
 
     /// Apply the request, then answer 504 Timeout (the write happened, the client can't know).
@@ -219,6 +246,13 @@ impl Fault {
         Self::new(verb, FaultAction::Hang)
     }
 
+    /// Match only requests for `resource`.
+    #[must_use]
+    pub fn on(mut self, resource: ResourceName) -> Self {
+        self.resource = Some(resource);
+        self
+    }
+
     /// Match only requests for object `name`.
     #[must_use]
     pub fn named(mut self, name: &str) -> Self {
@@ -249,8 +283,9 @@ impl Fault {
         self
     }
 
-    fn matches(&self, verb: Verb, name: Option<&str>) -> bool {
+    fn matches(&self, verb: Verb, name: Option<&str>, resource: ResourceName) -> bool {
         self.verb == verb
+            && self.resource.is_none_or(|r| r == resource)
             && self
                 .name
                 .as_deref()
@@ -308,13 +343,19 @@ impl Faults {
             .len()
     }
 
-    /// Consumes one firing of the first fault matching `verb`/`name` and returns its action.
-    pub(crate) fn take(&self, verb: Verb, name: Option<&str>) -> Option<FaultAction> {
+    /// Consumes one firing of the first fault matching `verb`/`name`/`resource` and returns
+    /// its action.
+    pub(crate) fn take(
+        &self,
+        verb: Verb,
+        name: Option<&str>,
+        resource: ResourceName,
+    ) -> Option<FaultAction> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let index = inner
             .active
             .iter()
-            .position(|(_, f)| f.matches(verb, name))?;
+            .position(|(_, f)| f.matches(verb, name, resource))?;
         let (_, fault) = inner.active.get_mut(index)?;
         let action = fault.action.clone();
         if let Some(times) = &mut fault.times {
@@ -331,15 +372,44 @@ impl Faults {
 mod tests {
     use super::*;
 
+    use crate::tier::TIERS;
+
+    const CALICO: ResourceName = ResourceName {
+        group: "projectcalico.org",
+        plural: "tiers",
+        kind: "Tier",
+    };
+
+    #[test]
+    fn a_fault_on_one_resource_spares_the_others() {
+        let faults = Faults::default();
+        faults.inject(Fault::forbidden_on(CALICO, Verb::Create, "u").forever());
+        assert_eq!(faults.take(Verb::Create, Some("a"), TIERS), None);
+        assert_eq!(faults.take(Verb::Update, Some("a"), CALICO), None);
+        let Some(FaultAction::Status { code, message, .. }) =
+            faults.take(Verb::Create, Some("a"), CALICO)
+        else {
+            unreachable!("the Calico create is forbidden");
+        };
+        assert_eq!(code, 403);
+        assert_eq!(
+            message,
+            "tiers.projectcalico.org is forbidden: User \"u\" cannot create resource \"tiers\" \
+             in API group \"projectcalico.org\" at the cluster scope"
+        );
+        faults.inject(Fault::unavailable(Verb::Get));
+        assert!(faults.take(Verb::Get, None, CALICO).is_some());
+    }
+
     #[test]
     fn faults_fire_the_given_number_of_times() {
         let faults = Faults::default();
         faults.inject(Fault::unavailable(Verb::Create).named("baseline").times(2));
-        assert_eq!(faults.take(Verb::Create, Some("other")), None);
-        assert_eq!(faults.take(Verb::Get, Some("baseline")), None);
-        assert!(faults.take(Verb::Create, Some("baseline")).is_some());
-        assert!(faults.take(Verb::Create, Some("baseline")).is_some());
-        assert_eq!(faults.take(Verb::Create, Some("baseline")), None);
+        assert_eq!(faults.take(Verb::Create, Some("other"), TIERS), None);
+        assert_eq!(faults.take(Verb::Get, Some("baseline"), TIERS), None);
+        assert!(faults.take(Verb::Create, Some("baseline"), TIERS).is_some());
+        assert!(faults.take(Verb::Create, Some("baseline"), TIERS).is_some());
+        assert_eq!(faults.take(Verb::Create, Some("baseline"), TIERS), None);
         assert_eq!(faults.active(), 0);
     }
 
@@ -348,11 +418,14 @@ mod tests {
         let faults = Faults::default();
         let id = faults.inject(Fault::hang(Verb::List).forever());
         for _ in 0..5 {
-            assert_eq!(faults.take(Verb::List, None), Some(FaultAction::Hang));
+            assert_eq!(
+                faults.take(Verb::List, None, TIERS),
+                Some(FaultAction::Hang)
+            );
         }
         assert!(faults.remove(id));
         assert!(!faults.remove(id));
-        assert_eq!(faults.take(Verb::List, None), None);
+        assert_eq!(faults.take(Verb::List, None, TIERS), None);
     }
 
     #[test]

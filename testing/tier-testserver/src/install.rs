@@ -1,7 +1,8 @@
 //! Objects exactly as tierd's install ships them, read from `deploy/`, so tests follow the
 //! manifests instead of copying them.
 
-use crate::{ObjectKind, Store};
+use crate::objects::ObjectKind;
+use crate::store::Store;
 
 /// `deploy/components/self-signed-cert/secret.yaml`: the Secret tierd fills with its CA and
 /// serving certificate, shipped empty.
@@ -16,7 +17,7 @@ pub enum InstallError {
     Yaml(#[from] serde_yaml::Error),
     /// The store refused it.
     #[error("the store refused the shipped Secret: {0:?}")]
-    Store(crate::StatusError),
+    Store(crate::status::StatusError),
 }
 
 /// Puts the self-signed certificate's Secret, as the install ships it (empty, in

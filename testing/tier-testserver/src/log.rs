@@ -1,6 +1,7 @@
 //! The request log: one record per request the server received, with helpers to count and
 //! to wait for requests.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ use crate::faults::{FaultKind, Verb};
 pub enum Endpoint {
     /// `/apis/crd.antrea.io/v1beta1/tiers[/{name}]`.
     Tiers,
+    /// Calico's `/apis/projectcalico.org/v3/tiers[/{name}]` (or `crd.projectcalico.org/v1`).
+    CalicoTiers,
     /// Antrea's ClusterNetworkPolicy and NetworkPolicy endpoints.
     Policies,
     /// The core or `events.k8s.io` Events endpoints.
@@ -40,7 +43,7 @@ pub struct RequestRecord {
     pub query: String,
     /// Endpoint family.
     pub endpoint: Endpoint,
-    /// Verb, for Tier and Event requests.
+    /// Verb, for Tier, policy, object and Event requests.
     pub verb: Option<Verb>,
     /// Object name: from the path, or for a create from the body.
     pub name: Option<String>,
@@ -53,9 +56,14 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    /// Whether this is a Tier request with `verb` and (when given) object `name`.
+    /// Whether this is an Antrea Tier request with `verb` and (when given) object `name`.
     pub fn is(&self, verb: Verb, name: Option<&str>) -> bool {
-        self.endpoint == Endpoint::Tiers
+        self.is_at(Endpoint::Tiers, verb, name)
+    }
+
+    /// Whether this is a request to `endpoint` with `verb` and (when given) object `name`.
+    pub fn is_at(&self, endpoint: Endpoint, verb: Verb, name: Option<&str>) -> bool {
+        self.endpoint == endpoint
             && self.verb == Some(verb)
             && name.is_none_or(|n| self.name.as_deref() == Some(n))
     }
@@ -73,9 +81,15 @@ impl RequestLog {
         &self.records
     }
 
-    /// Number of Tier requests with `verb` and (when `Some`) object `name`.
+    /// Number of Antrea Tier requests with `verb` and (when `Some`) object `name`.
     pub fn count(&self, verb: Verb, name: Option<&str>) -> usize {
-        self.records.iter().filter(|r| r.is(verb, name)).count()
+        self.count_at(Endpoint::Tiers, verb, name)
+    }
+
+    /// Number of requests to `endpoint` (e.g. [`Endpoint::CalicoTiers`]) with `verb` and (when
+    /// `Some`) object `name`.
+    pub fn count_at(&self, endpoint: Endpoint, verb: Verb, name: Option<&str>) -> usize {
+        self.count_where(|r| r.is_at(endpoint, verb, name))
     }
 
     /// Number of Tier requests with `verb`/`name` that were answered with `code`.
@@ -115,27 +129,40 @@ impl RequestLog {
     }
 }
 
-/// The live log shared by the connection tasks.
-#[derive(Debug, Default)]
+/// The live log shared by the connection tasks: the last `capacity` records.
+#[derive(Debug)]
 pub(crate) struct LogBook {
     inner: Mutex<LogInner>,
     changed: Notify,
+    capacity: usize,
 }
 
 #[derive(Debug, Default)]
 struct LogInner {
     next_seq: u64,
-    records: Vec<RequestRecord>,
+    records: VecDeque<RequestRecord>,
 }
 
 impl LogBook {
+    /// An empty log keeping the last `capacity` records.
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            inner: Mutex::default(),
+            changed: Notify::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
     /// Appends a record (its `seq` is assigned here) and wakes waiters.
     pub(crate) fn push(&self, mut record: RequestRecord) {
         {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             record.seq = inner.next_seq;
-            inner.next_seq += 1;
-            inner.records.push(record);
+            inner.next_seq = inner.next_seq.saturating_add(1);
+            while inner.records.len() >= self.capacity {
+                inner.records.pop_front();
+            }
+            inner.records.push_back(record);
         }
         self.changed.notify_waiters();
     }
@@ -147,7 +174,9 @@ impl LogBook {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .records
-                .clone(),
+                .iter()
+                .cloned()
+                .collect(),
         }
     }
 

@@ -4,29 +4,24 @@
 //!
 //! Served as far as a Tier webhook's policy cache and the tests need: list (all namespaces, or
 //! one; paged with `limit`/`continue`), watch (through the Tier watch machinery, the
-//! crate-private `watch::Feed`), get, create and delete. Objects are stored as sent (only metadata is filled in); no schema is
+//! crate-private `history::Feed`), get, create and delete. Objects are stored as sent (only metadata is filled in); no schema is
 //! enforced beyond a name. A resource that is not installed answers every request with 404, as
 //! kube-apiserver does for a CRD that does not exist; [`Policies::uninstall`] deletes its objects
 //! (emitting DELETED to open watches) and [`Policies::install`] brings it back empty.
 //!
 //! The built-in Antrea admission reads [`Policies::references`] for a Tier DELETE.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use http::Response;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::faults::Verb;
-use crate::reply::{self, ResponseBody};
-use crate::server::Shared;
+use crate::config::Limits;
+use crate::history::{Change, ChangeType, Feed, Subscription, added, drain};
 use crate::status::{ResourceName, StatusError};
-use crate::store::{self, Change, ChangeType, Subscription};
 use crate::tier::{API_VERSION, GROUP};
-use crate::tiers::{self, TierRequest};
-use crate::util::{metadata_mut, new_uid, now_rfc3339, object_name};
-use crate::watch::{self, Feed};
+use crate::util::{check_size, metadata_mut, new_uid, now_rfc3339, object_name};
 
 /// One of the two Antrea policy resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,18 +93,23 @@ pub fn policy(resource: PolicyResource, namespace: Option<&str>, name: &str, tie
 }
 
 /// (namespace, name): the storage key (namespace empty for cluster-scoped objects).
-type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 struct Resource {
     installed: bool,
     objects: BTreeMap<Key, Value>,
-    history: Vec<Arc<Change>>,
+    /// The last `window` changes.
+    history: VecDeque<Arc<Change>>,
+    /// Every change with `rv > floor` is in `history`.
+    floor: u64,
     changes: broadcast::Sender<Arc<Change>>,
 }
 
 struct State {
     rv: u64,
     resources: [Resource; 2],
+    window: usize,
+    limits: Limits,
 }
 
 /// Storage of both policy resources; clones share it. Also the "other actors" API: tests
@@ -134,23 +134,34 @@ impl std::fmt::Debug for Policies {
 }
 
 impl Default for Policies {
+    /// Both resources installed and empty, retaining 1000 changes each, within the default
+    /// [`Limits`].
     fn default() -> Self {
+        Self::new(1000, Limits::default())
+    }
+}
+
+impl Policies {
+    /// Both resources installed and empty, each retaining its last `window` changes, within
+    /// `limits`.
+    pub(crate) fn new(window: usize, limits: Limits) -> Self {
         let resource = || Resource {
             installed: true,
             objects: BTreeMap::new(),
-            history: Vec::new(),
+            history: VecDeque::new(),
+            floor: 0,
             changes: broadcast::channel(4096).0,
         };
         Self {
             state: Arc::new(Mutex::new(State {
                 rv: 1,
                 resources: [resource(), resource()],
+                window: window.max(1),
+                limits,
             })),
         }
     }
-}
 
-impl Policies {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -206,6 +217,9 @@ impl Policies {
         if state.resources[resource.index()].objects.contains_key(&key) {
             return Err(StatusError::already_exists(resource.name(), &key.1));
         }
+        if state.resources[resource.index()].objects.len() >= state.limits.max_objects {
+            return Err(StatusError::full(resource.name(), state.limits.max_objects));
+        }
         state.rv += 1;
         let rv = state.rv;
         if let Some(map) = obj.as_object_mut() {
@@ -217,9 +231,11 @@ impl Policies {
             meta.insert("uid".into(), json!(new_uid()));
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
         }
+        let window = state.window;
+        check_size(&obj, state.limits.max_object_bytes)?;
         let slot = &mut state.resources[resource.index()];
         slot.objects.insert(key, obj.clone());
-        push(slot, rv, ChangeType::Added, obj.clone(), None);
+        push(slot, window, rv, ChangeType::Added, obj.clone(), None);
         Ok(obj)
     }
 
@@ -251,8 +267,16 @@ impl Policies {
         if let Some(meta) = metadata_mut(&mut obj) {
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
+        let window = state.window;
         let slot = &mut state.resources[resource.index()];
-        push(slot, rv, ChangeType::Deleted, obj.clone(), Some(old));
+        push(
+            slot,
+            window,
+            rv,
+            ChangeType::Deleted,
+            obj.clone(),
+            Some(old),
+        );
         Ok(obj)
     }
 
@@ -278,7 +302,26 @@ impl Policies {
         })
     }
 
-    fn get(&self, resource: PolicyResource, key: &Key) -> Result<Value, StatusError> {
+    /// The resourceVersion and the objects of `resource` in `namespace` (`None`: all), keyed
+    /// `namespace/name` in order. 404 when not installed.
+    pub(crate) fn snapshot(
+        &self,
+        resource: PolicyResource,
+        namespace: Option<&str>,
+    ) -> Result<(u64, Vec<(String, Value)>), StatusError> {
+        let state = self.state();
+        check_installed(&state, resource)?;
+        let items = state.resources[resource.index()]
+            .objects
+            .iter()
+            .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
+            .map(|((ns, name), obj)| (format!("{ns}/{name}"), obj.clone()))
+            .collect();
+        Ok((state.rv, items))
+    }
+
+    /// The stored object at `key`. 404 when missing or not installed.
+    pub(crate) fn get(&self, resource: PolicyResource, key: &Key) -> Result<Value, StatusError> {
         let state = self.state();
         check_installed(&state, resource)?;
         state.resources[resource.index()]
@@ -297,22 +340,34 @@ fn check_installed(state: &State, resource: PolicyResource) -> Result<(), Status
     }
 }
 
-fn push(slot: &mut Resource, rv: u64, kind: ChangeType, object: Value, old: Option<Value>) {
+fn push(
+    slot: &mut Resource,
+    window: usize,
+    rv: u64,
+    kind: ChangeType,
+    object: Value,
+    old: Option<Value>,
+) {
     let change = Arc::new(Change {
         rv,
         kind,
         object,
         old,
     });
-    slot.history.push(Arc::clone(&change));
+    slot.history.push_back(Arc::clone(&change));
+    while slot.history.len() > window {
+        if let Some(evicted) = slot.history.pop_front() {
+            slot.floor = evicted.rv;
+        }
+    }
     // No open watch is not an error.
     let _ = slot.changes.send(change);
 }
 
 /// One policy resource as a watch feed.
-struct PolicyFeed {
-    policies: Policies,
-    resource: PolicyResource,
+pub(crate) struct PolicyFeed {
+    pub(crate) policies: Policies,
+    pub(crate) resource: PolicyResource,
 }
 
 impl Feed for PolicyFeed {
@@ -322,13 +377,19 @@ impl Feed for PolicyFeed {
         let slot = &state.resources[self.resource.index()];
         let receiver = slot.changes.subscribe();
         let initial = match from {
+            Some(from) if !initial && from < slot.floor => {
+                return Err(StatusError::expired(format!(
+                    "too old resource version: {from} ({})",
+                    slot.floor.saturating_add(1)
+                )));
+            }
             Some(from) if !initial => slot
                 .history
                 .iter()
                 .filter(|c| c.rv > from)
                 .cloned()
                 .collect(),
-            _ => store::added(slot.objects.values(), state.rv),
+            _ => added(slot.objects.values(), state.rv),
         };
         Ok(Subscription {
             initial,
@@ -342,125 +403,24 @@ impl Feed for PolicyFeed {
         receiver: &mut broadcast::Receiver<Arc<Change>>,
     ) -> Result<(u64, Vec<Arc<Change>>), broadcast::error::TryRecvError> {
         let state = self.policies.state();
-        Ok((state.rv, store::drain(receiver)?))
+        Ok((state.rv, drain(receiver)?))
     }
 
     fn resource_version(&self) -> u64 {
         self.policies.state().rv
     }
 
-    fn kind(&self) -> &'static str {
+    fn api_version(&self) -> &str {
+        API_VERSION
+    }
+
+    fn kind(&self) -> &str {
         self.resource.kind()
     }
 
     fn expirable(&self) -> bool {
         false
     }
-}
-
-/// Serves one policy verb. `namespace` is the path's (`None`: all namespaces, or a
-/// cluster-scoped resource).
-pub(crate) fn serve(
-    shared: &Arc<Shared>,
-    resource: PolicyResource,
-    verb: Verb,
-    namespace: Option<&str>,
-    name: Option<&str>,
-    request: &TierRequest<'_>,
-) -> Response<ResponseBody> {
-    let policies = shared.store.policies();
-    let result = match (verb, name) {
-        (Verb::List, _) => list(&policies, resource, namespace, request),
-        (Verb::Watch, _) => {
-            let feed = Arc::new(PolicyFeed {
-                policies: policies.clone(),
-                resource,
-            });
-            let scope = watch::Scope {
-                name: None,
-                namespace: namespace.map(str::to_owned),
-            };
-            watch::start(shared, request, scope, feed)
-        }
-        (Verb::Get, Some(name)) => policies
-            .get(resource, &key(namespace, name))
-            .map(|obj| reply::json(200, &obj)),
-        (Verb::Create, _) => create(&policies, resource, namespace, request),
-        (Verb::Delete, Some(name)) => policies
-            .delete(resource, namespace, name)
-            .map(|obj| reply::json(200, &obj)),
-        _ => Err(StatusError::method_not_allowed("on Antrea policies")),
-    };
-    result.unwrap_or_else(|error| reply::status(&error))
-}
-
-fn key(namespace: Option<&str>, name: &str) -> Key {
-    (namespace.unwrap_or_default().to_owned(), name.to_owned())
-}
-
-fn create(
-    policies: &Policies,
-    resource: PolicyResource,
-    namespace: Option<&str>,
-    request: &TierRequest<'_>,
-) -> Result<Response<ResponseBody>, StatusError> {
-    let mut obj: Value = serde_json::from_slice(&request.body).map_err(|e| {
-        StatusError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-    })?;
-    if let (Some(namespace), Some(meta)) = (namespace, metadata_mut(&mut obj)) {
-        meta.insert("namespace".into(), json!(namespace));
-    }
-    policies
-        .create(resource, obj)
-        .map(|obj| reply::json(201, &obj))
-}
-
-fn list(
-    policies: &Policies,
-    resource: PolicyResource,
-    namespace: Option<&str>,
-    request: &TierRequest<'_>,
-) -> Result<Response<ResponseBody>, StatusError> {
-    let limit = request
-        .param("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let after = match request.param("continue").filter(|c| !c.is_empty()) {
-        Some(token) => Some(tiers::decode_continue(token)?.1),
-        None => None,
-    };
-    let (rv, items) = {
-        let state = policies.state();
-        check_installed(&state, resource)?;
-        let items: Vec<(String, Value)> = state.resources[resource.index()]
-            .objects
-            .iter()
-            .filter(|((ns, _), _)| namespace.is_none_or(|want| want == ns))
-            .map(|((ns, name), obj)| (format!("{ns}/{name}"), obj.clone()))
-            .filter(|(k, _)| after.as_deref().is_none_or(|start| k.as_str() > start))
-            .collect();
-        (state.rv, items)
-    };
-    let total = items.len();
-    let take = limit.unwrap_or(total).min(total);
-    let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if take < total {
-        let last = items
-            .get(take.saturating_sub(1))
-            .map_or("", |(k, _)| k.as_str());
-        metadata["continue"] = json!(tiers::encode_continue(rv, last));
-        metadata["remainingItemCount"] = json!(total - take);
-    }
-    let page: Vec<Value> = items.into_iter().take(take).map(|(_, o)| o).collect();
-    Ok(reply::json(
-        200,
-        &json!({
-            "apiVersion": API_VERSION,
-            "kind": format!("{}List", resource.kind()),
-            "metadata": metadata,
-            "items": page,
-        }),
-    ))
 }
 
 #[cfg(test)]
@@ -504,5 +464,32 @@ mod tests {
         );
         p.install(acnp);
         assert!(p.list(acnp).is_empty());
+    }
+
+    #[test]
+    fn history_and_objects_are_bounded() {
+        let p = Policies::new(
+            2,
+            Limits {
+                max_objects: 3,
+                ..Limits::default()
+            },
+        );
+        let acnp = PolicyResource::ClusterNetworkPolicies;
+        for name in ["a", "b", "c"] {
+            p.create(acnp, policy(acnp, None, name, "t")).unwrap();
+        }
+        assert_eq!(
+            p.create(acnp, policy(acnp, None, "d", "t"))
+                .unwrap_err()
+                .code,
+            500
+        );
+        let feed = PolicyFeed {
+            policies: p.clone(),
+            resource: acnp,
+        };
+        assert_eq!(feed.subscribe(Some(1), false).err().unwrap().code, 410);
+        assert_eq!(feed.subscribe(Some(3), false).unwrap().initial.len(), 1);
     }
 }

@@ -1,6 +1,6 @@
-//! Plain objects beside Tiers and Events, for code that manages them: core/v1 Secrets
-//! (namespaced) and `admissionregistration.k8s.io/v1` ValidatingWebhookConfigurations
-//! (cluster-scoped).
+//! The endpoints of the plain objects beside Tiers and Events ([`objects`](crate::objects)):
+//! core/v1 Secrets (namespaced) and `admissionregistration.k8s.io/v1`
+//! ValidatingWebhookConfigurations (cluster-scoped).
 //!
 //! GET (one or a list), POST (409 AlreadyExists when the name is taken: create-if-absent works
 //! as in kube-apiserver), PUT (404 NotFound when missing; 409 Conflict on a stale
@@ -14,158 +14,11 @@ use http::Response;
 use serde_json::{Value, json};
 
 use crate::faults::Verb;
+use crate::objects::{ObjectKind, key, stamp};
 use crate::reply::{self, ResponseBody};
-use crate::status::{ResourceName, StatusError};
-use crate::store::{Store, parse_rv};
-use crate::util::{metadata_mut, new_uid, now_rfc3339, object_name, object_rv};
-
-/// A kind of plain object the server stores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ObjectKind {
-    /// core/v1 Secret, namespaced.
-    Secret,
-    /// `admissionregistration.k8s.io/v1` ValidatingWebhookConfiguration, cluster-scoped.
-    ValidatingWebhookConfiguration,
-}
-
-impl ObjectKind {
-    /// The resource as named in Status messages.
-    pub fn resource(self) -> ResourceName {
-        match self {
-            Self::Secret => ResourceName {
-                group: "",
-                plural: "secrets",
-                kind: "Secret",
-            },
-            Self::ValidatingWebhookConfiguration => ResourceName {
-                group: "admissionregistration.k8s.io",
-                plural: "validatingwebhookconfigurations",
-                kind: "ValidatingWebhookConfiguration",
-            },
-        }
-    }
-
-    /// The `apiVersion` of its objects.
-    pub fn api_version(self) -> &'static str {
-        match self {
-            Self::Secret => "v1",
-            Self::ValidatingWebhookConfiguration => "admissionregistration.k8s.io/v1",
-        }
-    }
-
-    /// Whether its objects live in a namespace.
-    pub fn namespaced(self) -> bool {
-        matches!(self, Self::Secret)
-    }
-
-    /// The kind and, for a namespaced kind, the namespace and the optional name a path names.
-    pub(crate) fn route(segments: &[&str]) -> Option<(Self, String, Option<String>)> {
-        let owned = |s: &&str| (*s).to_owned();
-        match segments {
-            ["api", "v1", "namespaces", ns, "secrets", rest @ ..] if rest.len() <= 1 => {
-                Some((Self::Secret, owned(ns), rest.first().map(owned)))
-            }
-            [
-                "apis",
-                "admissionregistration.k8s.io",
-                "v1",
-                "validatingwebhookconfigurations",
-                rest @ ..,
-            ] if rest.len() <= 1 => Some((
-                Self::ValidatingWebhookConfiguration,
-                String::new(),
-                rest.first().map(owned),
-            )),
-            _ => None,
-        }
-    }
-}
-
-/// Where an object is stored: kind, namespace (empty when cluster-scoped), name.
-pub(crate) type ObjectKey = (ObjectKind, String, String);
-
-impl Store {
-    /// The stored object, if present (`namespace` is ignored for a cluster-scoped kind).
-    pub fn object(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<Value> {
-        let key = key(kind, namespace, name);
-        self.with_objects(|_, objects| objects.get(&key).cloned())
-    }
-
-    /// Every stored object of `kind`, in every namespace, ordered by namespace and name.
-    pub fn objects(&self, kind: ObjectKind) -> Vec<Value> {
-        self.with_objects(|_, objects| {
-            objects
-                .iter()
-                .filter(|((k, _, _), _)| *k == kind)
-                .map(|(_, v)| v.clone())
-                .collect()
-        })
-    }
-
-    /// Stores `obj` as another actor would, creating or replacing it unconditionally; returns
-    /// it as stored. 400 BadRequest without `metadata.name`.
-    pub fn put_object(
-        &self,
-        kind: ObjectKind,
-        namespace: &str,
-        obj: Value,
-    ) -> Result<Value, StatusError> {
-        let name = object_name(&obj)
-            .ok_or_else(|| StatusError::bad_request("an object needs metadata.name"))?
-            .to_owned();
-        let key = key(kind, namespace, &name);
-        self.with_objects(|rv, objects| {
-            let existing = objects.get(&key).cloned();
-            let stored = stamp(kind, &key, obj, existing.as_ref(), rv);
-            objects.insert(key, stored.clone());
-            Ok(stored)
-        })
-    }
-}
-
-fn key(kind: ObjectKind, namespace: &str, name: &str) -> ObjectKey {
-    let namespace = if kind.namespaced() { namespace } else { "" };
-    (kind, namespace.to_owned(), name.to_owned())
-}
-
-/// Server-managed fields: type meta, name, namespace, uid and creationTimestamp (kept from
-/// `existing`), a new resourceVersion.
-fn stamp(
-    kind: ObjectKind,
-    (_, namespace, name): &ObjectKey,
-    mut obj: Value,
-    existing: Option<&Value>,
-    rv: &mut u64,
-) -> Value {
-    *rv += 1;
-    if let Some(map) = obj.as_object_mut() {
-        map.insert("apiVersion".into(), json!(kind.api_version()));
-        map.insert("kind".into(), json!(kind.resource().kind));
-    }
-    if let Some(meta) = metadata_mut(&mut obj) {
-        meta.insert("name".into(), json!(name));
-        if kind.namespaced() {
-            meta.insert("namespace".into(), json!(namespace));
-        } else {
-            meta.remove("namespace");
-        }
-        for field in ["uid", "creationTimestamp"] {
-            match existing.and_then(|e| e.pointer(&format!("/metadata/{field}"))) {
-                Some(value) => meta.insert(field.into(), value.clone()),
-                None => meta.insert(
-                    field.into(),
-                    json!(if field == "uid" {
-                        new_uid()
-                    } else {
-                        now_rfc3339()
-                    }),
-                ),
-            };
-        }
-        meta.insert("resourceVersion".into(), json!(rv.to_string()));
-    }
-    obj
-}
+use crate::status::{Cause, StatusError};
+use crate::store::Store;
+use crate::util::{check_size, object_name, object_rv, parse_rv};
 
 /// A request for one kind of plain object.
 pub(crate) struct ObjectRequest<'a> {
@@ -273,7 +126,7 @@ fn write(
                 resource.group,
                 resource.kind,
                 "",
-                &[crate::status::Cause::new(
+                &[Cause::new(
                     "FieldValueRequired",
                     "Required value: name or generateName is required",
                     "metadata.name",
@@ -285,10 +138,18 @@ fn write(
     let updating = request.name.is_some();
     let expected = object_rv(&obj).map(str::to_owned);
     let key = key(request.kind, request.namespace, &name);
+    let limits = store.limits();
+    let max_objects = limits.max_objects;
     store.with_objects(|rv, objects| {
         let existing = objects.get(&key).cloned();
         match (&existing, updating) {
             (Some(_), false) => return Err(StatusError::already_exists(resource, &name)),
+            (None, false)
+                if objects.keys().filter(|(k, _, _)| *k == request.kind).count()
+                    >= max_objects =>
+            {
+                return Err(StatusError::full(resource, max_objects));
+            }
             (None, true) => return Err(StatusError::not_found(resource, &name)),
             (None, false) if expected.is_some() => {
                 return Err(StatusError::internal(
@@ -307,6 +168,7 @@ fn write(
                 ));
             }
         }
+        check_size(&obj, limits.max_object_bytes)?;
         let stored = stamp(request.kind, &key, obj, existing.as_ref(), rv);
         objects.insert(key, stored.clone());
         Ok(stored)
@@ -322,6 +184,7 @@ fn patch(store: &Store, request: &ObjectRequest<'_>, name: &str) -> Result<Value
     }
     let doc = decode(request)?;
     let key = key(request.kind, request.namespace, name);
+    let limit = store.limits().max_object_bytes;
     store.with_objects(|rv, objects| {
         let existing = objects
             .get(&key)
@@ -329,6 +192,7 @@ fn patch(store: &Store, request: &ObjectRequest<'_>, name: &str) -> Result<Value
             .ok_or_else(|| StatusError::not_found(request.kind.resource(), name))?;
         let mut patched = existing.clone();
         crate::patch::merge_patch(&mut patched, &doc);
+        check_size(&patched, limit)?;
         let stored = stamp(request.kind, &key, patched, Some(&existing), rv);
         objects.insert(key, stored.clone());
         Ok(stored)
@@ -363,33 +227,8 @@ mod tests {
     }
 
     #[test]
-    fn routes_secrets_and_webhook_configurations() {
-        assert_eq!(
-            ObjectKind::route(&["api", "v1", "namespaces", "ns", "secrets", "s"]),
-            Some((ObjectKind::Secret, "ns".into(), Some("s".into())))
-        );
-        assert_eq!(
-            ObjectKind::route(&[
-                "apis",
-                "admissionregistration.k8s.io",
-                "v1",
-                "validatingwebhookconfigurations"
-            ]),
-            Some((
-                ObjectKind::ValidatingWebhookConfiguration,
-                String::new(),
-                None
-            ))
-        );
-        assert_eq!(
-            ObjectKind::route(&["api", "v1", "namespaces", "ns", "secrets", "s", "x"]),
-            None
-        );
-    }
-
-    #[test]
     fn create_is_create_if_absent_and_update_is_optimistic() {
-        let store = Store::new(10);
+        let store = Store::new(&crate::config::ServerConfig::default());
         let body = json!({"metadata": {"name": "s"}, "data": {"a": "YQ=="}}).to_string();
         let kind = ObjectKind::Secret;
         let created = write(&store, &request(kind, None, body.as_bytes()), None).unwrap();
@@ -429,7 +268,7 @@ mod tests {
 
     #[test]
     fn cluster_scoped_objects_ignore_the_namespace() {
-        let store = Store::new(10);
+        let store = Store::new(&crate::config::ServerConfig::default());
         let kind = ObjectKind::ValidatingWebhookConfiguration;
         store
             .put_object(kind, "whatever", json!({"metadata": {"name": "w"}}))

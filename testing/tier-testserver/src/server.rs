@@ -1,7 +1,6 @@
 //! The server: the loopback listener, per-connection tasks, and [`TestApiServer`], the
 //! handle tests use to steer and inspect it.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,11 +13,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinHandle;
 
 use crate::admission::Admission;
 use crate::config::{AdmissionMode, ServerConfig};
+use crate::context::{Grant, Shared};
 use crate::error::Error;
 use crate::faults::{Fault, FaultId, Faults, Verb};
 use crate::kubeconfig;
@@ -26,54 +26,8 @@ use crate::log::{LogBook, RequestLog};
 use crate::reply::Outcome;
 use crate::store::Store;
 
-/// State shared by the handle and every connection task.
-pub(crate) struct Shared {
-    pub(crate) store: Store,
-    pub(crate) users: RwLock<BTreeMap<String, String>>,
-    /// Non-resource permissions SubjectAccessReviews allow.
-    pub(crate) grants: RwLock<Vec<crate::auth::Grant>>,
-    pub(crate) admission: RwLock<Arc<Admission>>,
-    pub(crate) faults: Faults,
-    pub(crate) log: LogBook,
-    /// Bumped by `drop_watches`; every open watch ends when it changes.
-    pub(crate) watch_generation: watch::Sender<u64>,
-    /// How many upcoming watch requests get a 410 ERROR event.
-    pub(crate) expire_watches: AtomicUsize,
-    pub(crate) open_watches: AtomicUsize,
-    pub(crate) shutdown: watch::Receiver<bool>,
-    pub(crate) config: ServerConfig,
-    pub(crate) addr: SocketAddr,
-}
-
-impl Shared {
-    /// The user owning bearer `token`.
-    pub(crate) fn user_for(&self, token: &str) -> Option<String> {
-        self.users
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(token)
-            .cloned()
-    }
-
-    /// The non-resource grants.
-    pub(crate) fn grants(&self) -> Vec<crate::auth::Grant> {
-        self.grants
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    pub(crate) fn admission(&self) -> Arc<Admission> {
-        Arc::clone(
-            &self
-                .admission
-                .read()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
-    }
-}
-
-/// An in-process Kubernetes API server serving Antrea Tiers over plain HTTP on 127.0.0.1.
+/// An in-process Kubernetes API server serving Antrea's (and, when configured, Calico's) Tiers
+/// over plain HTTP on 127.0.0.1.
 ///
 /// Start it inside a tokio runtime; it serves from spawned tasks until it is dropped or
 /// [`shutdown`](Self::shutdown). Point the real kube client at it with
@@ -108,12 +62,12 @@ impl TestApiServer {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let (watch_generation, _) = watch::channel(0);
         let shared = Arc::new(Shared {
-            store: Store::new(config.watch_window),
+            store: Store::new(&config),
             users: RwLock::new(config.users.clone()),
             grants: RwLock::new(Vec::new()),
             admission: RwLock::new(Arc::new(admission)),
             faults: Faults::default(),
-            log: LogBook::default(),
+            log: LogBook::new(config.limits.max_log_records),
             watch_generation,
             expire_watches: AtomicUsize::new(0),
             open_watches: AtomicUsize::new(0),
@@ -166,7 +120,7 @@ impl TestApiServer {
             .grants
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(crate::auth::Grant {
+            .push(Grant {
                 user: user.to_owned(),
                 verb: verb.to_owned(),
                 path: path.to_owned(),
@@ -327,7 +281,16 @@ impl Drop for TestApiServer {
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
+    // At most `max_connections` are served at once; further clients wait in the backlog.
+    let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections.max(1)));
     loop {
+        let permit = tokio::select! {
+            () = crate::util::stopped(&mut shutdown) => break,
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
         tokio::select! {
             () = crate::util::stopped(&mut shutdown) => break,
             accepted = listener.accept() => match accepted {
@@ -335,7 +298,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     // As kube-apiserver (Go enables TCP_NODELAY by default): without it, a
                     // watch event written in pieces waits for the client's delayed ACK.
                     let _ = stream.set_nodelay(true);
-                    tokio::spawn(serve_connection(stream, Arc::clone(&shared)));
+                    tokio::spawn(serve_connection(stream, Arc::clone(&shared), permit));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
@@ -346,8 +309,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// Serves one HTTP/1.1 connection until it closes, a fault kills it, or the server stops.
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
+/// Serves one HTTP/1.1 connection until it closes, a fault kills it, or the server stops;
+/// `_permit` counts it against the connection bound meanwhile.
+async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, _permit: OwnedSemaphorePermit) {
     let mut shutdown = shared.shutdown.clone();
     let kill = Arc::new(Notify::new());
     let service = {

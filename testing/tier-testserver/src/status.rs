@@ -268,6 +268,15 @@ impl StatusError {
         .with_details(json!({"causes": [{"message": message}]}))
     }
 
+    /// 500 InternalError for a create beyond the server's bound of `limit` objects of
+    /// `resource` (what a full etcd makes kube-apiserver answer, with the bound named).
+    pub fn full(resource: ResourceName, limit: usize) -> Self {
+        Self::internal(&format!(
+            "tier-testserver holds at most {limit} {}: delete some first",
+            resource.qualified_resource()
+        ))
+    }
+
     /// 410 Expired (a resourceVersion or continue token older than the retained history).
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
@@ -301,7 +310,12 @@ fn name_details(resource: ResourceName, name: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::TIERS;
+
+    const TIERS: ResourceName = ResourceName {
+        group: "crd.antrea.io",
+        plural: "tiers",
+        kind: "Tier",
+    };
 
     #[test]
     fn renders_not_found_like_kube_apiserver() {

@@ -1,67 +1,37 @@
-//! Storage: Tiers, Antrea's policies ([`Policies`]) and recorded Events, the global resourceVersion, and the retained change
-//! history that watches replay and consistent list pages are rebuilt from.
+//! Storage: the Tier tables (Antrea's and Calico's, [`table`](crate::table)), Antrea's
+//! policies ([`Policies`]), recorded Events and plain objects, under one global
+//! resourceVersion.
 //!
 //! [`Store`] is also the "other actors" API: tests write Tiers through it at any time,
 //! bypassing authentication, faults and admission (but not schema validation, except for
 //! [`Store::put_raw`]); every write bumps the resourceVersion and reaches open watches.
+//! [`CalicoTiers`] is the same API for Calico's Tiers.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use crate::calico::CalicoApi;
+use crate::config::{Limits, ServerConfig};
+use crate::history::{Change, Feed, Subscription, drain};
+use crate::objects::{ObjectKey, ObjectKind, key, stamp};
 use crate::policies::Policies;
-use crate::status::{ResourceName, StatusError};
-use crate::tier::{self, API_VERSION, KIND, TIERS};
+use crate::status::{Cause, ResourceName, StatusError};
+use crate::table::Table;
+use crate::tier;
 use crate::util::{
-    metadata_mut, new_uid, now_rfc3339, object_name, object_rv, object_uid, random_suffix,
+    check_size, metadata_mut, new_uid, now_rfc3339, object_name, object_rv, parse_rv, random_suffix,
 };
 
-/// Type of a Tier change, as watch events name it.
+/// Which Tier table a request addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChangeType {
-    Added,
-    Modified,
-    Deleted,
-}
-
-impl ChangeType {
-    /// The watch event `type`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Added => "ADDED",
-            Self::Modified => "MODIFIED",
-            Self::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One committed Tier change.
-#[derive(Debug, Clone)]
-pub(crate) struct Change {
-    /// resourceVersion of the write.
-    pub(crate) rv: u64,
-    pub(crate) kind: ChangeType,
-    /// The object after the write (for a delete: the last state, carrying the delete's rv).
-    pub(crate) object: Value,
-    /// The object before the write, if it existed.
-    pub(crate) old: Option<Value>,
-}
-
-/// DeleteOptions preconditions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Preconditions {
-    pub(crate) uid: Option<String>,
-    pub(crate) resource_version: Option<String>,
-}
-
-/// A new watch's starting point: what to send first and the receiver of later changes.
-pub(crate) struct Subscription {
-    pub(crate) initial: Vec<Arc<Change>>,
-    pub(crate) receiver: broadcast::Receiver<Arc<Change>>,
-    /// The store's resourceVersion when the subscription was made.
-    pub(crate) rv: u64,
+pub(crate) enum TableId {
+    /// Antrea's `tiers.crd.antrea.io` (always installed).
+    Antrea,
+    /// Calico's `tiers.projectcalico.org` (or `tiers.crd.projectcalico.org`).
+    Calico,
 }
 
 /// Which Events API an Event was written through.
@@ -103,53 +73,66 @@ pub struct Store {
 
 struct Inner {
     state: Mutex<State>,
-    changes: broadcast::Sender<Arc<Change>>,
     policies: Policies,
+    calico: CalicoApi,
 }
 
 struct State {
     rv: u64,
-    tiers: BTreeMap<String, Value>,
-    history: VecDeque<Arc<Change>>,
-    window: usize,
-    /// Every change with `rv > floor` is in `history`.
-    floor: u64,
-    events: Vec<(EventsApi, Value)>,
-    /// Secrets and webhook configurations (`resources`).
-    objects: BTreeMap<crate::resources::ObjectKey, Value>,
+    antrea: Table,
+    calico: Table,
+    /// Oldest first, at most `limits.max_events`.
+    events: VecDeque<(EventsApi, Value)>,
+    limits: Limits,
+    /// Secrets and webhook configurations (`objects`).
+    objects: BTreeMap<ObjectKey, Value>,
+}
+
+impl State {
+    /// Table `id` and the resourceVersion counter.
+    fn table(&mut self, id: TableId) -> (&mut u64, &mut Table) {
+        match id {
+            TableId::Antrea => (&mut self.rv, &mut self.antrea),
+            TableId::Calico => (&mut self.rv, &mut self.calico),
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.state();
+        let names = |t: &Table| {
+            t.values()
+                .filter_map(object_name)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
         f.debug_struct("Store")
             .field("resource_version", &state.rv)
-            .field("tiers", &state.tiers.keys().collect::<Vec<_>>())
+            .field("tiers", &names(&state.antrea))
+            .field("calico_tiers", &names(&state.calico))
             .field("events", &state.events.len())
             .finish()
     }
 }
 
-/// Capacity of the channel feeding open watches; a watch that falls this far behind is closed.
-const WATCH_CHANNEL_CAPACITY: usize = 4096;
-
 impl Store {
-    /// An empty store at resourceVersion 1 that retains the last `window` Tier changes.
-    pub(crate) fn new(window: usize) -> Self {
-        let (changes, _) = broadcast::channel(WATCH_CHANNEL_CAPACITY);
+    /// An empty store at resourceVersion 1 as `config` shapes it: the watch window, Calico's
+    /// API and whether its CRD is installed, the limits.
+    pub(crate) fn new(config: &ServerConfig) -> Self {
+        let (window, limits, calico) = (config.watch_window, config.limits, config.calico_api);
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
                     rv: 1,
-                    tiers: BTreeMap::new(),
-                    history: VecDeque::new(),
-                    window: window.max(1),
-                    floor: 0,
-                    events: Vec::new(),
+                    antrea: Table::new(Arc::new(tier::Schema), window, limits, true),
+                    calico: Table::new(Arc::new(calico), window, limits, config.calico_installed),
+                    events: VecDeque::new(),
+                    limits,
                     objects: BTreeMap::new(),
                 }),
-                changes,
-                policies: Policies::default(),
+                policies: Policies::new(window, limits),
+                calico,
             }),
         }
     }
@@ -157,6 +140,18 @@ impl Store {
     /// Antrea's policy resources (ClusterNetworkPolicies and NetworkPolicies).
     pub fn policies(&self) -> Policies {
         self.inner.policies.clone()
+    }
+
+    /// Calico's Tiers: the "other actors" API and the switch of its CRD.
+    pub fn calico(&self) -> CalicoTiers {
+        CalicoTiers {
+            store: self.clone(),
+        }
+    }
+
+    /// The API Calico's Tier is served at.
+    pub(crate) fn calico_api(&self) -> CalicoApi {
+        self.inner.calico
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -170,24 +165,51 @@ impl Store {
     /// store's lock.
     pub(crate) fn with_objects<R>(
         &self,
-        f: impl FnOnce(&mut u64, &mut BTreeMap<crate::resources::ObjectKey, Value>) -> R,
+        f: impl FnOnce(&mut u64, &mut BTreeMap<ObjectKey, Value>) -> R,
     ) -> R {
         let mut state = self.state();
         let state = &mut *state;
         f(&mut state.rv, &mut state.objects)
     }
 
+    /// The bounds on what clients can make the store hold.
+    pub(crate) fn limits(&self) -> Limits {
+        self.state().limits
+    }
+
+    /// Runs `f` on Tier table `id` and the resourceVersion counter, under the store's lock;
+    /// 404 (the path is not served) when the table's CRD is not installed.
+    pub(crate) fn with_table<R>(
+        &self,
+        id: TableId,
+        f: impl FnOnce(&mut u64, &mut Table) -> Result<R, StatusError>,
+    ) -> Result<R, StatusError> {
+        let mut state = self.state();
+        let (rv, table) = state.table(id);
+        if !table.installed() {
+            return Err(StatusError::path_not_found());
+        }
+        f(rv, table)
+    }
+
+    /// Runs `f` on Tier table `id` whether or not its CRD is installed.
+    fn with_any_table<R>(&self, id: TableId, f: impl FnOnce(&mut u64, &mut Table) -> R) -> R {
+        let mut state = self.state();
+        let (rv, table) = state.table(id);
+        f(rv, table)
+    }
+
     /// The Tier named `name`, as stored.
     pub fn get(&self, name: &str) -> Option<Value> {
-        self.state().tiers.get(name).cloned()
+        self.get_in(TableId::Antrea, name)
     }
 
     /// All Tiers, sorted by name.
     pub fn list(&self) -> Vec<Value> {
-        self.state().tiers.values().cloned().collect()
+        self.list_in(TableId::Antrea)
     }
 
-    /// The current global resourceVersion (bumped by every Tier or Event write).
+    /// The current global resourceVersion (bumped by every write of any resource).
     pub fn resource_version(&self) -> u64 {
         self.state().rv
     }
@@ -197,285 +219,110 @@ impl Store {
         self.state().events.iter().map(|(_, e)| e.clone()).collect()
     }
 
-    /// Forgets the retained change history: every watch or continue token older than the
-    /// current resourceVersion now gets 410 Expired.
+    /// Forgets the retained change history of every Tier table: every watch or continue token
+    /// older than the current resourceVersion now gets 410 Expired.
     pub fn compact(&self) {
         let mut state = self.state();
-        state.history.clear();
-        state.floor = state.rv;
+        let rv = state.rv;
+        state.antrea.compact(rv);
+        state.calico.compact(rv);
     }
 
     /// Creates a Tier as another actor would (schema-validated, no admission).
     ///
     /// `apiVersion`/`kind` are filled in when missing; server-managed metadata is ignored.
     /// Fails with 422 Invalid or 409 AlreadyExists.
-    pub fn create(&self, mut obj: Value) -> Result<Value, StatusError> {
-        fill_type_meta(&mut obj);
-        if let Some(meta) = metadata_mut(&mut obj) {
-            meta.remove("resourceVersion");
-        }
-        tier::check_type(&obj)?;
-        tier::prune(&mut obj);
-        tier::validate(&obj)?;
-        self.commit_create(obj, false)
+    pub fn create(&self, obj: Value) -> Result<Value, StatusError> {
+        self.actor_create(TableId::Antrea, obj)
     }
 
     /// Replaces a Tier as another actor would (schema-validated, no admission).
     ///
     /// With `metadata.resourceVersion` set, a stale one fails with 409 Conflict; without
     /// it the write is unconditional. Fails with 404 NotFound when the Tier is missing.
-    pub fn update(&self, mut obj: Value) -> Result<Value, StatusError> {
-        fill_type_meta(&mut obj);
-        tier::check_type(&obj)?;
-        tier::prune(&mut obj);
-        tier::validate(&obj)?;
-        let name = object_name(&obj).unwrap_or_default().to_owned();
-        let expected = match object_rv(&obj) {
-            Some(rv) => Some(parse_rv(rv).ok_or_else(|| StatusError::stale(TIERS, &name))?),
-            None => None,
-        };
-        self.commit_update(&name, obj, expected, false)
+    pub fn update(&self, obj: Value) -> Result<Value, StatusError> {
+        self.actor_update(TableId::Antrea, obj)
     }
 
     /// Reads the Tier `name`, lets `edit` change it, and writes it back unconditionally
     /// (schema-validated, no admission). Fails with 404 NotFound when the Tier is missing.
     pub fn modify(&self, name: &str, edit: impl FnOnce(&mut Value)) -> Result<Value, StatusError> {
-        let mut obj = self
-            .get(name)
-            .ok_or_else(|| StatusError::not_found(TIERS, name))?;
-        edit(&mut obj);
-        if let Some(meta) = metadata_mut(&mut obj) {
-            meta.remove("resourceVersion");
-        }
-        self.update(obj)
+        self.actor_modify(TableId::Antrea, name, edit)
     }
 
     /// Deletes a Tier now as another actor would (no admission, finalizers ignored).
     /// Returns the deleted object; 404 NotFound when missing.
     pub fn delete(&self, name: &str) -> Result<Value, StatusError> {
-        let mut state = self.state();
-        let Some(existing) = state.tiers.remove(name) else {
-            return Err(StatusError::not_found(TIERS, name));
-        };
-        Ok(self.record_delete(&mut state, existing))
+        self.with_table(TableId::Antrea, |rv, table| table.remove(rv, name))
     }
 
     /// Writes `obj` into storage as is: no validation, no pruning, no admission. Sets
     /// `metadata.resourceVersion` (and `uid`/`creationTimestamp` when missing) and emits ADDED
     /// or MODIFIED. Only `metadata.name` is required (400 BadRequest otherwise).
-    pub fn put_raw(&self, mut obj: Value) -> Result<Value, StatusError> {
-        let name = object_name(&obj)
-            .ok_or_else(|| StatusError::bad_request("put_raw needs metadata.name"))?
-            .to_owned();
-        let mut state = self.state();
-        state.rv += 1;
-        let rv = state.rv;
-        let old = state.tiers.get(&name).cloned();
-        if let Some(meta) = metadata_mut(&mut obj) {
-            meta.insert("resourceVersion".into(), json!(rv.to_string()));
-            meta.entry("uid").or_insert_with(|| json!(new_uid()));
-            meta.entry("creationTimestamp")
-                .or_insert_with(|| json!(now_rfc3339()));
-        }
-        state.tiers.insert(name, obj.clone());
-        let kind = if old.is_some() {
-            ChangeType::Modified
-        } else {
-            ChangeType::Added
-        };
-        self.push_change(&mut state, kind, obj.clone(), old);
-        Ok(obj)
+    pub fn put_raw(&self, obj: Value) -> Result<Value, StatusError> {
+        self.with_table(TableId::Antrea, |rv, table| table.put_raw(rv, obj))
     }
 
-    /// Stores a validated, admitted new Tier (fills uid, creationTimestamp, generation,
-    /// resourceVersion). 500 when the body carries a resourceVersion, 409 AlreadyExists
-    /// when the name is taken. A dry run returns the object without storing it.
-    pub(crate) fn commit_create(
-        &self,
-        mut obj: Value,
-        dry_run: bool,
-    ) -> Result<Value, StatusError> {
-        if object_rv(&obj).is_some() {
-            return Err(StatusError::internal(
-                "resourceVersion should not be set on objects to be created",
-            ));
-        }
-        let name = object_name(&obj).unwrap_or_default().to_owned();
-        let mut state = self.state();
-        if state.tiers.contains_key(&name) {
-            return Err(StatusError::already_exists(TIERS, &name));
-        }
-        let rv = state.rv + 1;
-        if let Some(meta) = metadata_mut(&mut obj) {
-            meta.insert("uid".into(), json!(new_uid()));
-            meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-            meta.insert("generation".into(), json!(1));
-            meta.remove("deletionTimestamp");
-            meta.remove("deletionGracePeriodSeconds");
-            meta.remove("namespace");
-            meta.remove("selfLink");
-            if !dry_run {
-                meta.insert("resourceVersion".into(), json!(rv.to_string()));
+    fn get_in(&self, id: TableId, name: &str) -> Option<Value> {
+        self.with_table(id, |_, table| Ok(table.get(name).cloned()))
+            .ok()
+            .flatten()
+    }
+
+    fn list_in(&self, id: TableId) -> Vec<Value> {
+        self.with_table(id, |_, table| Ok(table.values().cloned().collect()))
+            .unwrap_or_default()
+    }
+
+    fn actor_create(&self, id: TableId, mut obj: Value) -> Result<Value, StatusError> {
+        self.with_table(id, |rv, table| {
+            table.fill_type_meta(&mut obj);
+            if let Some(meta) = metadata_mut(&mut obj) {
+                meta.remove("resourceVersion");
             }
-        }
-        if dry_run {
-            return Ok(obj);
-        }
-        state.rv = rv;
-        state.tiers.insert(name, obj.clone());
-        self.push_change(&mut state, ChangeType::Added, obj.clone(), None);
-        Ok(obj)
-    }
-
-    /// Stores a validated, admitted replacement of Tier `name`.
-    ///
-    /// `expected_rv` (when set) must still be the stored resourceVersion (409 Conflict
-    /// otherwise). Server-managed metadata is carried over; `generation` goes up when
-    /// anything outside `metadata` changed. A write that changes nothing is a no-op (no
-    /// new resourceVersion, no event), as in kube-apiserver. Removing the last finalizer
-    /// of a Tier being deleted deletes it.
-    pub(crate) fn commit_update(
-        &self,
-        name: &str,
-        mut obj: Value,
-        expected_rv: Option<u64>,
-        dry_run: bool,
-    ) -> Result<Value, StatusError> {
-        let mut state = self.state();
-        let Some(existing) = state.tiers.get(name).cloned() else {
-            return Err(StatusError::not_found(TIERS, name));
-        };
-        if let Some(expected) = expected_rv
-            && object_rv(&existing).and_then(parse_rv) != Some(expected)
-        {
-            return Err(StatusError::stale(TIERS, name));
-        }
-        carry_system_fields(&existing, &mut obj);
-        if without_rv(&obj) == without_rv(&existing) {
-            return Ok(existing);
-        }
-        if dry_run {
-            return Ok(obj);
-        }
-        let deleting = existing.pointer("/metadata/deletionTimestamp").is_some();
-        if deleting && !has_finalizers(&obj) {
-            state.tiers.remove(name);
-            return Ok(self.record_delete(&mut state, obj));
-        }
-        state.rv += 1;
-        let rv = state.rv;
-        if let Some(meta) = metadata_mut(&mut obj) {
-            meta.insert("resourceVersion".into(), json!(rv.to_string()));
-        }
-        state.tiers.insert(name.to_owned(), obj.clone());
-        self.push_change(
-            &mut state,
-            ChangeType::Modified,
-            obj.clone(),
-            Some(existing),
-        );
-        Ok(obj)
-    }
-
-    /// Deletes Tier `name` after checking `preconditions` (409 Conflict) under the lock.
-    ///
-    /// Returns the object and whether it is gone: a Tier with finalizers only gets a
-    /// `deletionTimestamp` (kube-apiserver then answers 202).
-    pub(crate) fn commit_delete(
-        &self,
-        name: &str,
-        preconditions: &Preconditions,
-        dry_run: bool,
-    ) -> Result<(Value, bool), StatusError> {
-        let mut state = self.state();
-        let Some(existing) = state.tiers.get(name).cloned() else {
-            return Err(StatusError::not_found(TIERS, name));
-        };
-        check_preconditions(&existing, preconditions, name)?;
-        let finalizers = has_finalizers(&existing);
-        if dry_run {
-            return Ok((existing, !finalizers));
-        }
-        if !finalizers {
-            state.tiers.remove(name);
-            return Ok((self.record_delete(&mut state, existing), true));
-        }
-        if existing.pointer("/metadata/deletionTimestamp").is_some() {
-            return Ok((existing, false));
-        }
-        let mut obj = existing.clone();
-        state.rv += 1;
-        let rv = state.rv;
-        if let Some(meta) = metadata_mut(&mut obj) {
-            let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
-            meta.insert("generation".into(), json!(generation + 1));
-            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
-            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
-            meta.insert("resourceVersion".into(), json!(rv.to_string()));
-        }
-        state.tiers.insert(name.to_owned(), obj.clone());
-        self.push_change(
-            &mut state,
-            ChangeType::Modified,
-            obj.clone(),
-            Some(existing),
-        );
-        Ok((obj, false))
-    }
-
-    /// All Tiers at resourceVersion `at` (`None`: now) and that resourceVersion.
-    ///
-    /// Rebuilt from the retained history by undoing later changes; 410 Expired when `at`
-    /// is older than the history.
-    pub(crate) fn snapshot(&self, at: Option<u64>) -> Result<(u64, Vec<Value>), StatusError> {
-        let state = self.state();
-        let at = match at {
-            Some(at) if at < state.rv => at,
-            _ => return Ok((state.rv, state.tiers.values().cloned().collect())),
-        };
-        if at < state.floor {
-            return Err(too_old(at, state.floor));
-        }
-        let mut tiers = state.tiers.clone();
-        for change in state.history.iter().rev().take_while(|c| c.rv > at) {
-            let name = object_name(&change.object).unwrap_or_default().to_owned();
-            match &change.old {
-                Some(old) => tiers.insert(name, old.clone()),
-                None => tiers.remove(&name),
-            };
-        }
-        Ok((at, tiers.into_values().collect()))
-    }
-
-    /// Starts a watch. `from: None` (resourceVersion unset or "0") and `initial_state`
-    /// (`sendInitialEvents`) begin with synthetic ADDED events for every Tier; otherwise the
-    /// retained changes after `from` are replayed (410 Expired when they are gone).
-    pub(crate) fn subscribe(
-        &self,
-        from: Option<u64>,
-        initial_state: bool,
-    ) -> Result<Subscription, StatusError> {
-        let state = self.state();
-        let receiver = self.inner.changes.subscribe();
-        let initial = match from {
-            Some(from) if !initial_state => {
-                if from < state.floor {
-                    return Err(too_old(from, state.floor));
-                }
-                state
-                    .history
-                    .iter()
-                    .filter(|c| c.rv > from)
-                    .cloned()
-                    .collect()
-            }
-            _ => added(state.tiers.values(), state.rv),
-        };
-        Ok(Subscription {
-            initial,
-            receiver,
-            rv: state.rv,
+            table.schema().check_type(&obj)?;
+            table.schema().prepare(&mut obj, None)?;
+            table.create(rv, obj, false)
         })
+    }
+
+    fn actor_update(&self, id: TableId, mut obj: Value) -> Result<Value, StatusError> {
+        self.with_table(id, |rv, table| {
+            table.fill_type_meta(&mut obj);
+            table.schema().check_type(&obj)?;
+            let name = object_name(&obj).unwrap_or_default().to_owned();
+            let existing = table
+                .get(&name)
+                .cloned()
+                .ok_or_else(|| table.not_found(&name))?;
+            table.schema().prepare(&mut obj, Some(&existing))?;
+            let expected = match object_rv(&obj) {
+                Some(text) => Some(
+                    parse_rv(text).ok_or_else(|| StatusError::stale(table.resource(), &name))?,
+                ),
+                None => None,
+            };
+            table.update(rv, &name, obj, expected, false)
+        })
+    }
+
+    fn actor_modify(
+        &self,
+        id: TableId,
+        name: &str,
+        edit: impl FnOnce(&mut Value),
+    ) -> Result<Value, StatusError> {
+        let mut obj = self.with_table(id, |_, table| {
+            table
+                .get(name)
+                .cloned()
+                .ok_or_else(|| table.not_found(name))
+        })?;
+        edit(&mut obj);
+        if let Some(meta) = metadata_mut(&mut obj) {
+            meta.remove("resourceVersion");
+        }
+        self.actor_update(id, obj)
     }
 
     /// The current resourceVersion together with every change already queued for
@@ -519,7 +366,7 @@ impl Store {
                         api.resource().group,
                         "Event",
                         "",
-                        &[crate::status::Cause::new(
+                        &[Cause::new(
                             "FieldValueRequired",
                             "Required value: name or generateName is required",
                             "metadata.name",
@@ -545,7 +392,11 @@ impl Store {
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
         }
-        state.events.push((api, obj.clone()));
+        check_size(&obj, state.limits.max_object_bytes)?;
+        while state.events.len() >= state.limits.max_events.max(1) {
+            state.events.pop_front();
+        }
+        state.events.push_back((api, obj.clone()));
         Ok(obj)
     }
 
@@ -558,24 +409,25 @@ impl Store {
         patch: &Value,
     ) -> Result<Value, StatusError> {
         let mut state = self.state();
+        let limit = state.limits.max_object_bytes;
         let Some(index) = find_event(&state, api, namespace, name) else {
             return Err(StatusError::not_found(api.resource(), name));
         };
-        state.rv += 1;
-        let rv = state.rv;
-        let Some((_, event)) = state.events.get_mut(index) else {
+        let Some((_, stored)) = state.events.get(index) else {
             return Err(StatusError::not_found(api.resource(), name));
         };
+        let mut event = stored.clone();
         let (uid, created) = (
             event.pointer("/metadata/uid").cloned(),
             event.pointer("/metadata/creationTimestamp").cloned(),
         );
-        crate::patch::merge_patch(event, patch);
+        crate::patch::merge_patch(&mut event, patch);
         if let Some(map) = event.as_object_mut() {
             map.insert("apiVersion".into(), json!(api.api_version()));
             map.insert("kind".into(), json!("Event"));
         }
-        if let Some(meta) = metadata_mut(event) {
+        let rv = state.rv + 1;
+        if let Some(meta) = metadata_mut(&mut event) {
             meta.insert("name".into(), json!(name));
             meta.insert("namespace".into(), json!(namespace));
             meta.insert("resourceVersion".into(), json!(rv.to_string()));
@@ -586,7 +438,12 @@ impl Store {
                 meta.insert("creationTimestamp".into(), created);
             }
         }
-        Ok(event.clone())
+        check_size(&event, limit)?;
+        state.rv = rv;
+        if let Some(slot) = state.events.get_mut(index) {
+            slot.1 = event.clone();
+        }
+        Ok(event)
     }
 
     /// One recorded Event, if present.
@@ -611,33 +468,189 @@ impl Store {
             .collect();
         (state.rv, items)
     }
+}
 
-    fn record_delete(&self, state: &mut State, mut obj: Value) -> Value {
-        state.rv += 1;
-        let rv = state.rv;
-        let old = obj.clone();
-        if let Some(meta) = metadata_mut(&mut obj) {
-            meta.insert("resourceVersion".into(), json!(rv.to_string()));
-        }
-        self.push_change(state, ChangeType::Deleted, obj.clone(), Some(old));
-        obj
+/// Calico's Tiers in the store ([`Store::calico`]): seeded, read and changed as another actor
+/// would (schema-validated with Calico's CRD rules, no admission policy), and the switch of
+/// their CRD: while it is not installed, every request for Calico's Tiers answers 404, as
+/// kube-apiserver does for a CRD that does not exist, and discovery does not list it.
+#[derive(Clone, Debug)]
+pub struct CalicoTiers {
+    store: Store,
+}
+
+impl CalicoTiers {
+    /// The API Calico's Tier is served at ([`ServerConfig::calico`](crate::ServerConfig::calico)).
+    pub fn api(&self) -> CalicoApi {
+        self.store.calico_api()
     }
 
-    fn push_change(&self, state: &mut State, kind: ChangeType, object: Value, old: Option<Value>) {
-        let change = Arc::new(Change {
-            rv: state.rv,
-            kind,
-            object,
-            old,
-        });
-        state.history.push_back(Arc::clone(&change));
-        while state.history.len() > state.window {
-            if let Some(evicted) = state.history.pop_front() {
-                state.floor = evicted.rv;
+    /// Whether the CRD is installed.
+    pub fn installed(&self) -> bool {
+        self.store
+            .with_any_table(TableId::Calico, |_, table| table.installed())
+    }
+
+    /// Installs the CRD (idempotent; a new one starts empty).
+    pub fn install(&self) {
+        self.store
+            .with_any_table(TableId::Calico, |_, table| table.install());
+    }
+
+    /// Uninstalls the CRD: its Tiers are deleted (open watches see DELETED) and every request
+    /// for them answers 404 until [`install`](Self::install).
+    pub fn uninstall(&self) {
+        self.store
+            .with_any_table(TableId::Calico, |rv, table| table.uninstall(rv));
+    }
+
+    /// The Tier named `name`, as stored (`None` also when the CRD is not installed).
+    pub fn get(&self, name: &str) -> Option<Value> {
+        self.store.get_in(TableId::Calico, name)
+    }
+
+    /// All Tiers, sorted by name (empty when the CRD is not installed).
+    pub fn list(&self) -> Vec<Value> {
+        self.store.list_in(TableId::Calico)
+    }
+
+    /// Creates a Tier as another actor would: pruned, defaulted and validated by the CRD
+    /// (built-in names pinned), no admission policy. 422 Invalid, 409 AlreadyExists, 404
+    /// when the CRD is not installed.
+    pub fn create(&self, obj: Value) -> Result<Value, StatusError> {
+        self.store.actor_create(TableId::Calico, obj)
+    }
+
+    /// Creates Calico's three built-in Tiers with their pinned values (as Calico's
+    /// `EnsureInitialized` would), skipping those that exist.
+    pub fn create_builtins(&self) -> Result<(), StatusError> {
+        for builtin in crate::calico::BUILTIN_TIERS {
+            match self.create(builtin.object(self.api())) {
+                Ok(_) => {}
+                Err(e) if e.reason == "AlreadyExists" => {}
+                Err(e) => return Err(e),
             }
         }
-        // No open watch is not an error.
-        let _ = self.inner.changes.send(change);
+        Ok(())
+    }
+
+    /// Replaces a Tier as another actor would (validated by the CRD). A stale
+    /// `metadata.resourceVersion` fails with 409 Conflict; without one the write is
+    /// unconditional. 404 when the Tier is missing or the CRD not installed.
+    pub fn update(&self, obj: Value) -> Result<Value, StatusError> {
+        self.store.actor_update(TableId::Calico, obj)
+    }
+
+    /// Reads the Tier `name`, lets `edit` change it, and writes it back unconditionally
+    /// (validated by the CRD).
+    pub fn modify(&self, name: &str, edit: impl FnOnce(&mut Value)) -> Result<Value, StatusError> {
+        self.store.actor_modify(TableId::Calico, name, edit)
+    }
+
+    /// Deletes a Tier now as another actor would (no admission policy, finalizers ignored).
+    pub fn delete(&self, name: &str) -> Result<Value, StatusError> {
+        self.store
+            .with_table(TableId::Calico, |rv, table| table.remove(rv, name))
+    }
+
+    /// Writes `obj` as is (no validation: e.g. a built-in Tier with a wrong order, as an
+    /// older Calico left it). Only `metadata.name` is required.
+    pub fn put_raw(&self, obj: Value) -> Result<Value, StatusError> {
+        self.store
+            .with_table(TableId::Calico, |rv, table| table.put_raw(rv, obj))
+    }
+}
+
+/// The plain objects ([`ObjectKind`]): Secrets and webhook configurations.
+impl Store {
+    /// The stored object, if present (`namespace` is ignored for a cluster-scoped kind).
+    pub fn object(&self, kind: ObjectKind, namespace: &str, name: &str) -> Option<Value> {
+        let key = key(kind, namespace, name);
+        self.with_objects(|_, objects| objects.get(&key).cloned())
+    }
+
+    /// Every stored object of `kind`, in every namespace, ordered by namespace and name.
+    pub fn objects(&self, kind: ObjectKind) -> Vec<Value> {
+        self.with_objects(|_, objects| {
+            objects
+                .iter()
+                .filter(|((k, _, _), _)| *k == kind)
+                .map(|(_, v)| v.clone())
+                .collect()
+        })
+    }
+
+    /// Stores `obj` as another actor would, creating or replacing it unconditionally; returns
+    /// it as stored. 400 BadRequest without `metadata.name`.
+    pub fn put_object(
+        &self,
+        kind: ObjectKind,
+        namespace: &str,
+        obj: Value,
+    ) -> Result<Value, StatusError> {
+        let name = object_name(&obj)
+            .ok_or_else(|| StatusError::bad_request("an object needs metadata.name"))?
+            .to_owned();
+        let key = key(kind, namespace, &name);
+        self.with_objects(|rv, objects| {
+            let existing = objects.get(&key).cloned();
+            let stored = stamp(kind, &key, obj, existing.as_ref(), rv);
+            objects.insert(key, stored.clone());
+            Ok(stored)
+        })
+    }
+}
+
+/// One Tier table as a watch feed.
+pub(crate) struct TableFeed {
+    store: Store,
+    id: TableId,
+    api_version: &'static str,
+    kind: &'static str,
+}
+
+impl TableFeed {
+    /// The feed of table `id`.
+    pub(crate) fn new(store: &Store, id: TableId) -> Self {
+        let (api_version, kind) = store.with_any_table(id, |_, table| {
+            (table.schema().api_version(), table.resource().kind)
+        });
+        Self {
+            store: store.clone(),
+            id,
+            api_version,
+            kind,
+        }
+    }
+}
+
+impl Feed for TableFeed {
+    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError> {
+        self.store
+            .with_table(self.id, |rv, table| table.subscribe(*rv, from, initial))
+    }
+
+    fn sync_point(
+        &self,
+        receiver: &mut broadcast::Receiver<Arc<Change>>,
+    ) -> Result<(u64, Vec<Arc<Change>>), broadcast::error::TryRecvError> {
+        self.store.sync_point(receiver)
+    }
+
+    fn resource_version(&self) -> u64 {
+        self.store.resource_version()
+    }
+
+    fn api_version(&self) -> &str {
+        self.api_version
+    }
+
+    fn kind(&self) -> &str {
+        self.kind
+    }
+
+    fn expirable(&self) -> bool {
+        true
     }
 }
 
@@ -649,151 +662,98 @@ fn find_event(state: &State, api: EventsApi, namespace: &str, name: &str) -> Opt
     })
 }
 
-/// Synthetic ADDED changes for `objects`, at their own resourceVersion (else `rv`): what a
-/// watch from "now" sends first.
-pub(crate) fn added<'a>(objects: impl Iterator<Item = &'a Value>, rv: u64) -> Vec<Arc<Change>> {
-    objects
-        .map(|obj| {
-            Arc::new(Change {
-                rv: object_rv(obj).and_then(parse_rv).unwrap_or(rv),
-                kind: ChangeType::Added,
-                object: obj.clone(),
-                old: None,
-            })
-        })
-        .collect()
-}
-
-/// Every change already queued for `receiver`.
-pub(crate) fn drain(
-    receiver: &mut broadcast::Receiver<Arc<Change>>,
-) -> Result<Vec<Arc<Change>>, broadcast::error::TryRecvError> {
-    let mut pending = Vec::new();
-    loop {
-        match receiver.try_recv() {
-            Ok(change) => pending.push(change),
-            Err(broadcast::error::TryRecvError::Empty) => return Ok(pending),
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Parses a resourceVersion string.
-pub(crate) fn parse_rv(text: &str) -> Option<u64> {
-    text.parse().ok()
-}
-
-fn too_old(requested: u64, floor: u64) -> StatusError {
-    StatusError::expired(format!(
-        "too old resource version: {requested} ({})",
-        floor + 1
-    ))
-}
-
-fn fill_type_meta(obj: &mut Value) {
-    if let Some(map) = obj.as_object_mut() {
-        map.entry("apiVersion")
-            .or_insert_with(|| json!(API_VERSION));
-        map.entry("kind").or_insert_with(|| json!(KIND));
-    }
-}
-
-/// Checks DeleteOptions preconditions against the stored object (409 Conflict).
-pub(crate) fn check_preconditions(
-    existing: &Value,
-    preconditions: &Preconditions,
-    name: &str,
-) -> Result<(), StatusError> {
-    if let Some(uid) = &preconditions.uid {
-        let actual = object_uid(existing).unwrap_or_default();
-        if uid != actual {
-            return Err(StatusError::conflict(
-                TIERS,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
-                ),
-            ));
-        }
-    }
-    if let Some(rv) = &preconditions.resource_version {
-        let actual = object_rv(existing).unwrap_or_default();
-        if rv != actual {
-            return Err(StatusError::conflict(
-                TIERS,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Copies server-managed metadata from the stored object and sets `generation`.
-fn carry_system_fields(existing: &Value, obj: &mut Value) {
-    if let Some(map) = obj.as_object_mut() {
-        map.insert("apiVersion".into(), json!(API_VERSION));
-        map.insert("kind".into(), json!(KIND));
-    }
-    let spec_changed = without_metadata(existing) != without_metadata(obj);
-    let Some(meta) = metadata_mut(obj) else {
-        return;
-    };
-    for field in [
-        "uid",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "resourceVersion",
-    ] {
-        match existing.pointer(&format!("/metadata/{field}")) {
-            Some(value) => meta.insert(field.into(), value.clone()),
-            None => meta.remove(field),
-        };
-    }
-    meta.remove("namespace");
-    meta.remove("selfLink");
-    let generation = existing
-        .pointer("/metadata/generation")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    meta.insert(
-        "generation".into(),
-        json!(if spec_changed {
-            generation + 1
-        } else {
-            generation
-        }),
-    );
-}
-
-fn without_metadata(obj: &Value) -> Map<String, Value> {
-    let mut map = obj.as_object().cloned().unwrap_or_default();
-    map.remove("metadata");
-    map
-}
-
-fn without_rv(obj: &Value) -> Value {
-    let mut copy = obj.clone();
-    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-    }
-    copy
-}
-
-/// Whether `obj` still lists finalizers (its deletion then waits for them).
-fn has_finalizers(obj: &Value) -> bool {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| !f.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::ChangeType;
+    use crate::table::Preconditions;
     use crate::tier::tier;
+    use crate::util::object_uid;
+
+    fn new_store(window: usize) -> Store {
+        Store::new(
+            &ServerConfig::default()
+                .watch_window(window)
+                .calico(CalicoApi::V3),
+        )
+    }
+
+    #[test]
+    fn tables_and_events_are_bounded() {
+        let limits = crate::config::Limits {
+            max_objects: 2,
+            max_events: 2,
+            ..Default::default()
+        };
+        let store = Store::new(&ServerConfig::default().limits(limits).calico(CalicoApi::V3));
+        store.create(tier("a", 1, None)).unwrap();
+        store.create(tier("b", 2, None)).unwrap();
+        let full = store.create(tier("c", 3, None)).unwrap_err();
+        assert_eq!(full.code, 500);
+        assert!(
+            full.message.contains("at most 2 tiers.crd.antrea.io"),
+            "{full:?}"
+        );
+        assert_eq!(store.put_raw(tier("c", 3, None)).unwrap_err().code, 500);
+        // Replacing is not growing; the other table has its own room.
+        assert!(store.put_raw(tier("b", 4, None)).is_ok());
+        store.calico().create_builtins().unwrap_err();
+        assert_eq!(store.calico().list().len(), 2);
+        store.delete("a").unwrap();
+        store.create(tier("c", 3, None)).unwrap();
+        for name in ["e1", "e2", "e3"] {
+            store
+                .create_event(
+                    EventsApi::CoreV1,
+                    "default",
+                    json!({"metadata": {"name": name}}),
+                )
+                .unwrap();
+        }
+        let names: Vec<_> = store
+            .events()
+            .iter()
+            .map(|e| e["metadata"]["name"].clone())
+            .collect();
+        assert_eq!(names, ["e2", "e3"]);
+    }
+
+    #[test]
+    fn objects_cannot_grow_past_the_size_bound() {
+        let limits = crate::config::Limits {
+            max_object_bytes: 1000,
+            ..Default::default()
+        };
+        let store = Store::new(&ServerConfig::default().limits(limits));
+        store.create(tier("a", 1, None)).unwrap();
+        let grown = store
+            .modify("a", |t| {
+                t["metadata"]["labels"] = json!({"x": "y".repeat(1000)})
+            })
+            .unwrap_err();
+        assert_eq!(
+            (grown.code, grown.reason.as_str()),
+            (413, "RequestEntityTooLarge")
+        );
+        assert!(store.get("a").unwrap()["metadata"].get("labels").is_none());
+        store
+            .create_event(
+                EventsApi::CoreV1,
+                "default",
+                json!({"metadata": {"name": "e"}}),
+            )
+            .unwrap();
+        let patched = store
+            .patch_event(
+                EventsApi::CoreV1,
+                "default",
+                "e",
+                &json!({"note": "n".repeat(1000)}),
+            )
+            .unwrap_err();
+        assert_eq!(patched.code, 413);
+        assert!(store.events()[0].get("note").is_none());
+    }
 
     fn rv(obj: &Value) -> u64 {
         object_rv(obj).and_then(parse_rv).unwrap()
@@ -801,7 +761,7 @@ mod tests {
 
     #[test]
     fn create_update_delete_bump_the_resource_version() {
-        let store = Store::new(100);
+        let store = new_store(100);
         let start = store.resource_version();
         let created = store.create(tier("a", 1, None)).unwrap();
         assert_eq!(rv(&created), start + 1);
@@ -824,7 +784,7 @@ mod tests {
 
     #[test]
     fn no_op_update_keeps_the_resource_version() {
-        let store = Store::new(100);
+        let store = new_store(100);
         let created = store.create(tier("a", 1, None)).unwrap();
         let same = store.update(created.clone()).unwrap();
         assert_eq!(same, created);
@@ -833,7 +793,7 @@ mod tests {
 
     #[test]
     fn stale_update_conflicts_and_duplicate_create_already_exists() {
-        let store = Store::new(100);
+        let store = new_store(100);
         let created = store.create(tier("a", 1, None)).unwrap();
         store
             .modify("a", |t| t["spec"]["priority"] = json!(2))
@@ -846,7 +806,7 @@ mod tests {
 
     #[test]
     fn snapshots_undo_later_changes() {
-        let store = Store::new(100);
+        let store = new_store(100);
         store.create(tier("a", 1, None)).unwrap();
         store.create(tier("b", 2, None)).unwrap();
         let at = store.resource_version();
@@ -855,39 +815,60 @@ mod tests {
             .unwrap();
         store.delete("b").unwrap();
         store.create(tier("c", 3, None)).unwrap();
-        let (rv_at, items) = store.snapshot(Some(at)).unwrap();
+        let (rv_at, items) = store
+            .with_table(TableId::Antrea, |rv, t| t.snapshot(*rv, Some(at)))
+            .unwrap();
         assert_eq!(rv_at, at);
         let names: Vec<_> = items.iter().map(|i| object_name(i).unwrap()).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(items[0]["spec"]["priority"], 1);
         store.compact();
-        assert_eq!(store.snapshot(Some(at)).unwrap_err().code, 410);
+        assert_eq!(
+            store
+                .with_table(TableId::Antrea, |rv, t| t.snapshot(*rv, Some(at)))
+                .unwrap_err()
+                .code,
+            410
+        );
     }
 
     #[test]
     fn history_window_expires_old_watches() {
-        let store = Store::new(2);
+        let store = new_store(2);
         let start = store.resource_version();
         for i in 0..4 {
             store.create(tier(&format!("t{i}"), i, None)).unwrap();
         }
-        let err = store.subscribe(Some(start), false).err().unwrap();
+        let err = store
+            .with_table(TableId::Antrea, |rv, t| {
+                t.subscribe(*rv, Some(start), false)
+            })
+            .err()
+            .unwrap();
         assert_eq!(err.reason, "Expired");
-        let sub = store.subscribe(Some(start + 2), false).unwrap();
+        let sub = store
+            .with_table(TableId::Antrea, |rv, t| {
+                t.subscribe(*rv, Some(start + 2), false)
+            })
+            .unwrap();
         assert_eq!(sub.initial.len(), 2);
-        let sub = store.subscribe(None, false).unwrap();
+        let sub = store
+            .with_table(TableId::Antrea, |rv, t| t.subscribe(*rv, None, false))
+            .unwrap();
         assert_eq!(sub.initial.len(), 4);
         assert!(sub.initial.iter().all(|c| c.kind == ChangeType::Added));
     }
 
     #[test]
     fn finalizers_delay_deletion() {
-        let store = Store::new(100);
+        let store = new_store(100);
         let mut obj = tier("a", 1, None);
         obj["metadata"]["finalizers"] = json!(["x"]);
         store.create(obj).unwrap();
         let (obj, gone) = store
-            .commit_delete("a", &Preconditions::default(), false)
+            .with_table(TableId::Antrea, |rv, t| {
+                t.delete(rv, "a", &Preconditions::default(), false)
+            })
             .unwrap();
         assert!(!gone);
         assert!(obj.pointer("/metadata/deletionTimestamp").is_some());
@@ -899,13 +880,15 @@ mod tests {
 
     #[test]
     fn delete_preconditions() {
-        let store = Store::new(100);
+        let store = new_store(100);
         store.create(tier("a", 1, None)).unwrap();
         let pre = Preconditions {
             uid: Some("nope".into()),
             resource_version: None,
         };
-        let err = store.commit_delete("a", &pre, false).unwrap_err();
+        let err = store
+            .with_table(TableId::Antrea, |rv, t| t.delete(rv, "a", &pre, false))
+            .unwrap_err();
         assert_eq!(err.code, 409);
         assert!(
             err.message
@@ -915,7 +898,7 @@ mod tests {
 
     #[test]
     fn put_raw_skips_validation() {
-        let store = Store::new(100);
+        let store = new_store(100);
         let obj = store
             .put_raw(json!({"metadata": {"name": "Weird"}, "spec": {"priority": 999}}))
             .unwrap();
@@ -925,7 +908,7 @@ mod tests {
 
     #[test]
     fn events_are_recorded_and_patched() {
-        let store = Store::new(100);
+        let store = new_store(100);
         let ev = store
             .create_event(
                 EventsApi::EventsV1,

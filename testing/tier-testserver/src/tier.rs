@@ -4,8 +4,11 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::crd::{self, type_cause};
 use crate::status::{Cause, ResourceName, StatusError};
 use crate::util::object_name;
+
+pub use crate::crd::is_dns1123_subdomain;
 
 /// API group of the Tier CRD.
 pub const GROUP: &str = "crd.antrea.io";
@@ -25,6 +28,33 @@ pub const TIERS: ResourceName = ResourceName {
     plural: PLURAL,
     kind: KIND,
 };
+/// Antrea's Tier CRD as a [`crd::Schema`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Schema;
+
+impl crd::Schema for Schema {
+    fn resource(&self) -> ResourceName {
+        TIERS
+    }
+
+    fn api_version(&self) -> &'static str {
+        API_VERSION
+    }
+
+    fn list_kind(&self) -> &'static str {
+        LIST_KIND
+    }
+
+    fn check_type(&self, obj: &Value) -> Result<(), StatusError> {
+        check_type(obj)
+    }
+
+    fn prepare(&self, obj: &mut Value, _old: Option<&Value>) -> Result<(), StatusError> {
+        prune(obj);
+        validate(obj)
+    }
+}
+
 /// Largest valid `spec.priority`.
 pub const MAX_PRIORITY: i64 = 255;
 
@@ -48,66 +78,10 @@ pub fn priority(obj: &Value) -> Option<i64> {
     obj.pointer("/spec/priority").and_then(Value::as_i64)
 }
 
-/// ObjectMeta fields that survive decoding; anything else under `metadata` is dropped.
-const META_FIELDS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
-
 /// Checks `apiVersion` and `kind` of a request body (400 BadRequest when wrong, as the
 /// decoder of kube-apiserver answers).
 pub(crate) fn check_type(obj: &Value) -> Result<(), StatusError> {
-    if !obj.is_object() {
-        return Err(StatusError::bad_request(
-            "the object provided is not a JSON object and cannot be handled as a Tier",
-        ));
-    }
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let api_version = obj
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if kind.is_empty() {
-        return Err(StatusError::bad_request(
-            "Object 'Kind' is missing in the request body",
-        ));
-    }
-    if api_version != API_VERSION {
-        return Err(StatusError::bad_request(format!(
-            "the API version in the data ({api_version}) does not match the expected API version ({API_VERSION})"
-        )));
-    }
-    if kind != KIND {
-        return Err(StatusError::bad_request(format!(
-            "the kind in the data ({kind}) does not match the expected kind ({KIND})"
-        )));
-    }
-    for field in ["labels", "annotations"] {
-        if let Some(value) = obj.pointer(&format!("/metadata/{field}"))
-            && !value.is_null()
-            && !value
-                .as_object()
-                .is_some_and(|m| m.values().all(Value::is_string))
-        {
-            return Err(StatusError::bad_request(format!(
-                "Tier in version \"v1beta1\" cannot be handled as a Tier: metadata.{field} must be a map of strings"
-            )));
-        }
-    }
-    Ok(())
+    crd::check_type(obj, API_VERSION, KIND)
 }
 
 /// Drops fields the structural schema does not know (kube-apiserver prunes them silently).
@@ -117,7 +91,7 @@ pub(crate) fn prune(obj: &mut Value) {
     };
     map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "spec"));
     if let Some(Value::Object(meta)) = map.get_mut("metadata") {
-        meta.retain(|k, _| META_FIELDS.contains(&k.as_str()));
+        crd::prune_metadata(meta);
     }
     if let Some(Value::Object(spec)) = map.get_mut("spec") {
         spec.retain(|k, _| matches!(k.as_str(), "priority" | "description"));
@@ -138,15 +112,7 @@ pub(crate) fn prune(obj: &mut Value) {
 /// becomes one cause of a 422 Invalid.
 pub(crate) fn validate(obj: &Value) -> Result<(), StatusError> {
     let name = object_name(obj).unwrap_or_default();
-    let mut causes = Vec::new();
-    match object_name(obj) {
-        Some(n) => causes.extend(validate_name(n)),
-        None => causes.push(Cause::new(
-            "FieldValueRequired",
-            "Required value: name or generateName is required",
-            "metadata.name",
-        )),
-    }
+    let mut causes = crd::name_causes(obj);
     match obj.get("spec") {
         None => causes.push(Cause::new("FieldValueRequired", "Required value", "spec")),
         Some(Value::Object(spec)) => validate_spec(spec, &mut causes),
@@ -193,71 +159,6 @@ fn validate_spec(spec: &Map<String, Value>, causes: &mut Vec<Cause>) {
     {
         causes.push(type_cause("spec.description", d, "string"));
     }
-}
-
-fn type_cause(field: &str, value: &Value, expected: &str) -> Cause {
-    let actual = json_type(value);
-    Cause::new(
-        "FieldValueTypeInvalid",
-        format!(
-            "Invalid value: \"{actual}\": {field} in body must be of type {expected}: \"{actual}\""
-        ),
-        field,
-    )
-}
-
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-
-/// Object-name causes for `metadata.name` (DNS-1123 subdomain, at most 253 characters).
-pub(crate) fn validate_name(name: &str) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    if name.len() > 253 {
-        causes.push(Cause::new(
-            "FieldValueInvalid",
-            format!("Invalid value: {name:?}: must be no more than 253 characters"),
-            "metadata.name",
-        ));
-    }
-    if !is_dns1123_subdomain(name) {
-        causes.push(Cause::new(
-            "FieldValueInvalid",
-            format!("Invalid value: {name:?}: {DNS1123_SUBDOMAIN_MSG}"),
-            "metadata.name",
-        ));
-    }
-    causes
-}
-
-/// Whether `name` matches `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`.
-pub fn is_dns1123_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.split('.').all(|label| {
-            let bytes = label.as_bytes();
-            match (bytes.first(), bytes.last()) {
-                (Some(first), Some(last)) => {
-                    is_alnum(*first)
-                        && is_alnum(*last)
-                        && bytes.iter().all(|b| is_alnum(*b) || *b == b'-')
-                }
-                _ => false,
-            }
-        })
-}
-
-fn is_alnum(b: u8) -> bool {
-    b.is_ascii_lowercase() || b.is_ascii_digit()
 }
 
 #[cfg(test)]
@@ -351,7 +252,7 @@ mod tests {
         for bad in ["", "-a", "a-", "A", "a..b", "a_b", ".a"] {
             assert!(!is_dns1123_subdomain(bad), "{bad}");
         }
-        assert_eq!(validate_name(&"a".repeat(254)).len(), 1);
+        assert_eq!(crate::crd::validate_name(&"a".repeat(254)).len(), 1);
     }
 
     #[test]

@@ -1,129 +1,78 @@
-//! The Tier verbs (list, get, create, update, patch, delete; watch lives in `watch`), each in
-//! kube-apiserver's order of checks: decoding, preconditions, schema validation, admission,
-//! storage.
+//! The Tier verbs (list, get, create, update, patch, delete; watch lives in `watch`) for
+//! every Tier resource ([`TierApi`]: Antrea's, Calico's), each in kube-apiserver's order of
+//! checks: the CRD installed, decoding, preconditions, schema validation, admission, storage.
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::Response;
 use serde_json::{Value, json};
 
 use crate::admission::AdmissionInput;
 use crate::antrea::Operation;
+use crate::context::{ApiRequest, Shared, refuse_selectors};
 use crate::faults::Verb;
+use crate::paging::{decode_continue, encode_continue};
 use crate::patch;
 use crate::reply::{self, ResponseBody};
-use crate::server::Shared;
-use crate::status::{Cause, StatusError};
-use crate::store::{Preconditions, check_preconditions, parse_rv};
-use crate::tier::{self, API_VERSION, GROUP, LIST_KIND, PLURAL, TIERS};
-use crate::util::{
-    hex_decode, hex_encode, metadata_mut, object_name, object_rv, object_uid, random_suffix,
-};
+use crate::status::{Cause, ResourceName, StatusError};
+use crate::store::{TableFeed, TableId};
+use crate::table::{Preconditions, check_preconditions};
+use crate::tier_api::TierApi;
+use crate::util::{metadata_mut, object_name, object_rv, object_uid, parse_rv, random_suffix};
 use crate::watch;
 
-/// A decoded Tier request.
-pub(crate) struct TierRequest<'a> {
-    pub(crate) user: &'a str,
-    pub(crate) query: &'a [(String, String)],
-    /// Media type of the body, lowercased, without parameters.
-    pub(crate) content_type: String,
-    pub(crate) body: Bytes,
-}
-
-impl TierRequest<'_> {
-    /// The last value of query parameter `key`.
-    pub(crate) fn param(&self, key: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .rev()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn dry_run(&self) -> bool {
-        self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
-    }
-}
-
-/// Serves one Tier verb; failures become Status responses.
+/// Serves one verb on `api`'s Tiers; failures become Status responses.
 pub(crate) async fn serve(
     shared: &Arc<Shared>,
+    api: &impl TierApi,
     verb: Verb,
     name: Option<&str>,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Response<ResponseBody> {
-    let result = match (verb, name) {
-        (Verb::List, _) => list(shared, request),
-        (Verb::Watch, name) => watch::start(
-            shared,
-            request,
-            watch::Scope {
-                name: name.map(str::to_owned),
-                namespace: None,
-            },
-            Arc::new(shared.store.clone()),
-        ),
-        (Verb::Create, _) => create(shared, request).await,
-        (Verb::Get, Some(name)) => get(shared, name),
-        (Verb::Update, Some(name)) => update(shared, name, request).await,
-        (Verb::Patch, Some(name)) => patch(shared, name, request).await,
-        (Verb::Delete, Some(name)) => delete(shared, name, request).await,
-        (_, None) => Err(StatusError::method_not_allowed("without a name")),
+    let result = match installed(shared, api.table()) {
+        Err(error) => Err(error),
+        Ok(()) => match (verb, name) {
+            (Verb::List, _) => list(shared, api, request),
+            (Verb::Watch, name) => watch::start(
+                shared,
+                request,
+                watch::Scope {
+                    name: name.map(str::to_owned),
+                    namespace: None,
+                },
+                Arc::new(TableFeed::new(&shared.store, api.table())),
+            ),
+            (Verb::Create, _) => create(shared, api, request).await,
+            (Verb::Get, Some(name)) => get(shared, api, name).map(|obj| reply::json(200, &obj)),
+            (Verb::Update, Some(name)) => update(shared, api, name, request).await,
+            (Verb::Patch, Some(name)) => patch(shared, api, name, request).await,
+            (Verb::Delete, Some(name)) => delete(shared, api, name, request).await,
+            (_, None) => Err(StatusError::method_not_allowed("without a name")),
+        },
     };
     result.unwrap_or_else(|error| reply::status(&error))
 }
 
-fn get(shared: &Shared, name: &str) -> Result<Response<ResponseBody>, StatusError> {
-    let obj = shared
-        .store
-        .get(name)
-        .ok_or_else(|| StatusError::not_found(TIERS, name))?;
-    Ok(reply::json(200, &obj))
+/// 404, as for any path the server does not serve, when the table's CRD is not installed.
+fn installed(shared: &Shared, table: TableId) -> Result<(), StatusError> {
+    shared.store.with_table(table, |_, _| Ok(()))
 }
 
-/// A continue token: the list's resourceVersion and the last name returned.
-pub(crate) fn encode_continue(rv: u64, last: &str) -> String {
-    hex_encode(
-        json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last})
-            .to_string()
-            .as_bytes(),
-    )
+/// The stored object `name` (404 NotFound).
+fn get(shared: &Shared, api: &impl TierApi, name: &str) -> Result<Value, StatusError> {
+    shared.store.with_table(api.table(), |_, table| {
+        table
+            .get(name)
+            .cloned()
+            .ok_or_else(|| table.not_found(name))
+    })
 }
 
-pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), StatusError> {
-    let invalid = || {
-        StatusError::bad_request(
-            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
-        )
-    };
-    let bytes = hex_decode(token).ok_or_else(invalid)?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
-    let rv = value
-        .get("rv")
-        .and_then(Value::as_u64)
-        .ok_or_else(invalid)?;
-    let start = value
-        .get("start")
-        .and_then(Value::as_str)
-        .ok_or_else(invalid)?;
-    Ok((rv, start.to_owned()))
-}
-
-/// Label and field selectors are not implemented: neither tierd nor kube's default watcher
-/// sends them, so a request that does is refused rather than answered unfiltered.
-pub(crate) fn refuse_selectors(request: &TierRequest<'_>) -> Result<(), StatusError> {
-    for param in ["labelSelector", "fieldSelector"] {
-        if request.param(param).is_some_and(|s| !s.is_empty()) {
-            return Err(StatusError::bad_request(format!(
-                "{param} is not implemented by tier-testserver (tierd never sends one)"
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseBody>, StatusError> {
+fn list(
+    shared: &Shared,
+    api: &impl TierApi,
+    request: &ApiRequest<'_>,
+) -> Result<Response<ResponseBody>, StatusError> {
     refuse_selectors(request)?;
     let limit = match request.param("limit") {
         None | Some("") => None,
@@ -137,7 +86,7 @@ fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseB
     let (rv, items, after) = match request.param("continue").filter(|c| !c.is_empty()) {
         Some(token) => {
             let (rv, start) = decode_continue(token)?;
-            let (rv, items) = shared.store.snapshot(Some(rv)).map_err(|_| {
+            let (rv, items) = snapshot(shared, api, Some(rv)).map_err(|_| {
                 StatusError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
             })?;
             (rv, items, Some(start))
@@ -152,7 +101,7 @@ fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseB
                 }
                 _ => None,
             };
-            let (rv, items) = shared.store.snapshot(at)?;
+            let (rv, items) = snapshot(shared, api, at)?;
             (rv, items, None)
         }
     };
@@ -178,17 +127,27 @@ fn list(shared: &Shared, request: &TierRequest<'_>) -> Result<Response<ResponseB
     Ok(reply::json(
         200,
         &json!({
-            "apiVersion": API_VERSION,
-            "kind": LIST_KIND,
+            "apiVersion": api.schema().api_version(),
+            "kind": api.schema().list_kind(),
             "metadata": metadata,
             "items": page,
         }),
     ))
 }
 
+fn snapshot(
+    shared: &Shared,
+    api: &impl TierApi,
+    at: Option<u64>,
+) -> Result<(u64, Vec<Value>), StatusError> {
+    shared
+        .store
+        .with_table(api.table(), |rv, table| table.snapshot(*rv, at))
+}
+
 const JSON_TYPES: &[&str] = &["application/json"];
 
-fn require_json(request: &TierRequest<'_>) -> Result<(), StatusError> {
+fn require_json(request: &ApiRequest<'_>) -> Result<(), StatusError> {
     if request.content_type == "application/json" {
         Ok(())
     } else {
@@ -207,11 +166,12 @@ fn decode(body: &[u8]) -> Result<Value, StatusError> {
 
 async fn create(
     shared: &Shared,
-    request: &TierRequest<'_>,
+    api: &impl TierApi,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     require_json(request)?;
     let mut obj = decode(&request.body)?;
-    tier::check_type(&obj)?;
+    api.schema().check_type(&obj)?;
     if object_name(&obj).is_none()
         && let Some(prefix) = obj
             .pointer("/metadata/generateName")
@@ -225,26 +185,25 @@ async fn create(
             json!(format!("{prefix}{}", random_suffix(5))),
         );
     }
-    tier::prune(&mut obj);
-    tier::validate(&obj)?;
+    api.schema().prepare(&mut obj, None)?;
     let name = object_name(&obj).unwrap_or_default().to_owned();
     let dry_run = request.dry_run();
-    shared
-        .admission()
-        .review(
-            &shared.store,
-            AdmissionInput {
-                operation: Operation::Create,
-                name: &name,
-                user: request.user,
-                object: Some(&obj),
-                old_object: None,
-                dry_run,
-                options_kind: "CreateOptions",
-            },
-        )
-        .await?;
-    let stored = shared.store.commit_create(obj, dry_run)?;
+    api.review(
+        shared,
+        AdmissionInput {
+            operation: Operation::Create,
+            name: &name,
+            user: request.user,
+            object: Some(&obj),
+            old_object: None,
+            dry_run,
+            options_kind: "CreateOptions",
+        },
+    )
+    .await?;
+    let stored = shared
+        .store
+        .with_table(api.table(), |rv, table| table.create(rv, obj, dry_run))?;
     Ok(reply::json(201, &stored))
 }
 
@@ -254,9 +213,15 @@ fn name_mismatch(body_name: &str, url_name: &str) -> StatusError {
     ))
 }
 
-fn uid_mismatch(obj: &Value, existing: &Value, name: &str) -> Result<(), StatusError> {
+fn uid_mismatch(
+    resource: ResourceName,
+    obj: &Value,
+    existing: &Value,
+    name: &str,
+) -> Result<(), StatusError> {
     match object_uid(obj) {
         Some(uid) if Some(uid) != object_uid(existing) => check_preconditions(
+            resource,
             existing,
             &Preconditions {
                 uid: Some(uid.to_owned()),
@@ -270,24 +235,23 @@ fn uid_mismatch(obj: &Value, existing: &Value, name: &str) -> Result<(), StatusE
 
 async fn update(
     shared: &Shared,
+    api: &impl TierApi,
     name: &str,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     require_json(request)?;
+    let resource = api.schema().resource();
     let mut obj = decode(&request.body)?;
-    tier::check_type(&obj)?;
+    api.schema().check_type(&obj)?;
     let body_name = object_name(&obj).unwrap_or_default();
     if body_name != name {
         return Err(name_mismatch(body_name, name));
     }
-    let existing = shared
-        .store
-        .get(name)
-        .ok_or_else(|| StatusError::not_found(TIERS, name))?;
+    let existing = get(shared, api, name)?;
     let Some(rv_text) = object_rv(&obj) else {
         return Err(StatusError::invalid(
-            GROUP,
-            PLURAL,
+            resource.group,
+            resource.plural,
             name,
             &[Cause::new(
                 "FieldValueInvalid",
@@ -299,28 +263,27 @@ async fn update(
     let rv = parse_rv(rv_text)
         .ok_or_else(|| StatusError::bad_request(format!("invalid resource version: {rv_text}")))?;
     if object_rv(&existing).and_then(parse_rv) != Some(rv) {
-        return Err(StatusError::stale(TIERS, name));
+        return Err(StatusError::stale(resource, name));
     }
-    uid_mismatch(&obj, &existing, name)?;
-    tier::prune(&mut obj);
-    tier::validate(&obj)?;
+    uid_mismatch(resource, &obj, &existing, name)?;
+    api.schema().prepare(&mut obj, Some(&existing))?;
     let dry_run = request.dry_run();
-    shared
-        .admission()
-        .review(
-            &shared.store,
-            AdmissionInput {
-                operation: Operation::Update,
-                name,
-                user: request.user,
-                object: Some(&obj),
-                old_object: Some(&existing),
-                dry_run,
-                options_kind: "UpdateOptions",
-            },
-        )
-        .await?;
-    let stored = shared.store.commit_update(name, obj, Some(rv), dry_run)?;
+    api.review(
+        shared,
+        AdmissionInput {
+            operation: Operation::Update,
+            name,
+            user: request.user,
+            object: Some(&obj),
+            old_object: Some(&existing),
+            dry_run,
+            options_kind: "UpdateOptions",
+        },
+    )
+    .await?;
+    let stored = shared.store.with_table(api.table(), |store_rv, table| {
+        table.update(store_rv, name, obj, Some(rv), dry_run)
+    })?;
     Ok(reply::json(200, &stored))
 }
 
@@ -329,9 +292,11 @@ const PATCH_ATTEMPTS: usize = 5;
 
 async fn patch(
     shared: &Shared,
+    api: &impl TierApi,
     name: &str,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
+    let resource = api.schema().resource();
     // JSON merge patch only: what kube clients (and the embedding example) send. JSON patch
     // and server-side apply are refused with 415, never answered wrongly.
     const ACCEPTED: &[&str] = &["application/merge-patch+json"];
@@ -349,45 +314,38 @@ async fn patch(
     let patch_doc = decode(&request.body)?;
     let pins_rv = patch_doc.pointer("/metadata/resourceVersion").is_some();
     let dry_run = request.dry_run();
-    let mut last_conflict = StatusError::stale(TIERS, name);
+    let mut last_conflict = StatusError::stale(resource, name);
     for _ in 0..PATCH_ATTEMPTS {
-        let existing = shared
-            .store
-            .get(name)
-            .ok_or_else(|| StatusError::not_found(TIERS, name))?;
+        let existing = get(shared, api, name)?;
         let existing_rv = object_rv(&existing).and_then(parse_rv);
         let mut patched = existing.clone();
         patch::merge_patch(&mut patched, &patch_doc);
-        tier::check_type(&patched)?;
+        api.schema().check_type(&patched)?;
         let patched_name = object_name(&patched).unwrap_or_default();
         if patched_name != name {
             return Err(name_mismatch(patched_name, name));
         }
-        uid_mismatch(&patched, &existing, name)?;
+        uid_mismatch(resource, &patched, &existing, name)?;
         if pins_rv && object_rv(&patched).and_then(parse_rv) != existing_rv {
-            return Err(StatusError::stale(TIERS, name));
+            return Err(StatusError::stale(resource, name));
         }
-        tier::prune(&mut patched);
-        tier::validate(&patched)?;
-        shared
-            .admission()
-            .review(
-                &shared.store,
-                AdmissionInput {
-                    operation: Operation::Update,
-                    name,
-                    user: request.user,
-                    object: Some(&patched),
-                    old_object: Some(&existing),
-                    dry_run,
-                    options_kind: "PatchOptions",
-                },
-            )
-            .await?;
-        match shared
-            .store
-            .commit_update(name, patched, existing_rv, dry_run)
-        {
+        api.schema().prepare(&mut patched, Some(&existing))?;
+        api.review(
+            shared,
+            AdmissionInput {
+                operation: Operation::Update,
+                name,
+                user: request.user,
+                object: Some(&patched),
+                old_object: Some(&existing),
+                dry_run,
+                options_kind: "PatchOptions",
+            },
+        )
+        .await?;
+        match shared.store.with_table(api.table(), |rv, table| {
+            table.update(rv, name, patched, existing_rv, dry_run)
+        }) {
             Ok(stored) => return Ok(reply::json(200, &stored)),
             Err(conflict) if conflict.reason == "Conflict" && !pins_rv => {
                 last_conflict = conflict;
@@ -400,8 +358,9 @@ async fn patch(
 
 async fn delete(
     shared: &Shared,
+    api: &impl TierApi,
     name: &str,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
 ) -> Result<Response<ResponseBody>, StatusError> {
     let mut preconditions = Preconditions::default();
     let mut dry_run = request.dry_run();
@@ -425,42 +384,23 @@ async fn delete(
             .and_then(Value::as_array)
             .is_some_and(|d| d.iter().any(|v| v == "All"));
     }
-    let existing = shared
-        .store
-        .get(name)
-        .ok_or_else(|| StatusError::not_found(TIERS, name))?;
-    check_preconditions(&existing, &preconditions, name)?;
-    shared
-        .admission()
-        .review(
-            &shared.store,
-            AdmissionInput {
-                operation: Operation::Delete,
-                name,
-                user: request.user,
-                object: None,
-                old_object: Some(&existing),
-                dry_run,
-                options_kind: "DeleteOptions",
-            },
-        )
-        .await?;
-    let (obj, gone) = shared.store.commit_delete(name, &preconditions, dry_run)?;
+    let existing = get(shared, api, name)?;
+    check_preconditions(api.schema().resource(), &existing, &preconditions, name)?;
+    api.review(
+        shared,
+        AdmissionInput {
+            operation: Operation::Delete,
+            name,
+            user: request.user,
+            object: None,
+            old_object: Some(&existing),
+            dry_run,
+            options_kind: "DeleteOptions",
+        },
+    )
+    .await?;
+    let (obj, gone) = shared.store.with_table(api.table(), |rv, table| {
+        table.delete(rv, name, &preconditions, dry_run)
+    })?;
     Ok(reply::json(if gone { 200 } else { 202 }, &obj))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn continue_tokens_round_trip() {
-        let token = encode_continue(42, "baseline");
-        assert_eq!(
-            decode_continue(&token).unwrap(),
-            (42, "baseline".to_owned())
-        );
-        assert_eq!(decode_continue("zz").unwrap_err().code, 400);
-        assert_eq!(decode_continue(&hex_encode(b"{}")).unwrap_err().code, 400);
-    }
 }

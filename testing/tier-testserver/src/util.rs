@@ -6,10 +6,31 @@ use tokio::sync::watch;
 
 use serde_json::{Map, Value};
 
+use crate::status::StatusError;
+
 /// Resolves once the shutdown flag is set (or its sender is gone).
 pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     // The guard returned on success is dropped at once, keeping callers `Send`.
     let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// Parses a resourceVersion string.
+pub(crate) fn parse_rv(text: &str) -> Option<u64> {
+    text.parse().ok()
+}
+
+/// 413 RequestEntityTooLarge when `obj`, serialized, is larger than `limit` bytes.
+pub(crate) fn check_size(obj: &Value, limit: usize) -> Result<(), StatusError> {
+    let size = obj.to_string().len();
+    if size > limit {
+        Err(StatusError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: the object would be {size} bytes, limit is {limit}"),
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// The current time as an RFC 3339 UTC timestamp with second precision (`metav1.Time`).

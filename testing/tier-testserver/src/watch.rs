@@ -1,9 +1,9 @@
 //! Watches: a chunked stream of one JSON event per line (ADDED, MODIFIED, DELETED, BOOKMARK,
-//! ERROR), fed by a [`Feed`] (the Tier store, or one Antrea policy resource), ended by
+//! ERROR), fed by a `Feed` (the Tier store, or one Antrea policy resource), ended by
 //! `timeoutSeconds`, [`drop_watches`](crate::TestApiServer::drop_watches) or server shutdown.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,54 +12,14 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval};
 
+use crate::context::{ApiRequest, Shared, refuse_selectors};
+use crate::history::{Change, Feed, Subscription};
 use crate::reply::{self, ResponseBody};
-use crate::server::Shared;
 use crate::status::StatusError;
-use crate::store::{Change, Store, Subscription, parse_rv};
-use crate::tier::{API_VERSION, KIND};
-use crate::tiers::TierRequest;
+use crate::util::parse_rv;
 
-/// What a watch streams: a resource's changes, replayable from a resourceVersion.
-pub(crate) trait Feed: Send + Sync + 'static {
-    /// Starts a subscription; see [`Store::subscribe`].
-    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError>;
-    /// The current resourceVersion with every change queued for `receiver`.
-    fn sync_point(
-        &self,
-        receiver: &mut tokio::sync::broadcast::Receiver<Arc<Change>>,
-    ) -> Result<(u64, Vec<Arc<Change>>), tokio::sync::broadcast::error::TryRecvError>;
-    /// The current resourceVersion.
-    fn resource_version(&self) -> u64;
-    /// `kind` of the objects (for BOOKMARK events).
-    fn kind(&self) -> &'static str;
-    /// Whether [`expire_next_watch`](crate::TestApiServer::expire_next_watch) applies.
-    fn expirable(&self) -> bool;
-}
-
-impl Feed for Store {
-    fn subscribe(&self, from: Option<u64>, initial: bool) -> Result<Subscription, StatusError> {
-        Store::subscribe(self, from, initial)
-    }
-
-    fn sync_point(
-        &self,
-        receiver: &mut tokio::sync::broadcast::Receiver<Arc<Change>>,
-    ) -> Result<(u64, Vec<Arc<Change>>), tokio::sync::broadcast::error::TryRecvError> {
-        Store::sync_point(self, receiver)
-    }
-
-    fn resource_version(&self) -> u64 {
-        Store::resource_version(self)
-    }
-
-    fn kind(&self) -> &'static str {
-        KIND
-    }
-
-    fn expirable(&self) -> bool {
-        true
-    }
-}
+/// The longest a watch lasts, whatever `timeoutSeconds` asks.
+const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Chunks buffered between the watch task and the connection.
 const STREAM_BUFFER: usize = 256;
@@ -79,11 +39,11 @@ struct WatchParams {
 /// holding one ERROR event with a 410 Expired Status, as kube-apiserver's watch cache does.
 pub(crate) fn start(
     shared: &Arc<Shared>,
-    request: &TierRequest<'_>,
+    request: &ApiRequest<'_>,
     scope: Scope,
     feed: Arc<dyn Feed>,
 ) -> Result<Response<ResponseBody>, StatusError> {
-    crate::tiers::refuse_selectors(request)?;
+    refuse_selectors(request)?;
     let from = match request.param("resourceVersion") {
         None | Some("" | "0") => None,
         Some(text) => Some(parse_rv(text).ok_or_else(|| {
@@ -98,8 +58,10 @@ pub(crate) fn start(
             .param("timeoutSeconds")
             .and_then(|t| t.parse::<u64>().ok())
             .filter(|t| *t > 0)
-            .map_or(shared.config.default_watch_timeout, Duration::from_secs),
+            .map_or(shared.config.default_watch_timeout, Duration::from_secs)
+            .min(MAX_WATCH_TIMEOUT),
     };
+    let slot = OpenWatch::reserve(shared)?;
     let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
     let expired = feed.expirable()
         && shared
@@ -111,14 +73,14 @@ pub(crate) fn start(
         Err(StatusError::expired(format!(
             "too old resource version: {} ({})",
             from.unwrap_or(rv),
-            rv + 1
+            rv.saturating_add(1)
         )))
     } else {
         feed.subscribe(from, params.initial_events)
     };
     match subscription {
         Ok(subscription) => {
-            tokio::spawn(run(Arc::clone(shared), feed, subscription, params, sender));
+            tokio::spawn(run(slot, feed, subscription, params, sender));
         }
         Err(error) => {
             // The channel is empty, so this cannot fail for lack of room; dropping the
@@ -129,30 +91,51 @@ pub(crate) fn start(
     Ok(reply::stream(receiver))
 }
 
-/// Counts a watch as open while alive.
-struct OpenWatch<'a>(&'a AtomicUsize);
+/// A watch counted as open while alive; there are at most
+/// [`Limits::max_watches`](crate::config::Limits) at once.
+struct OpenWatch(Arc<Shared>);
 
-impl<'a> OpenWatch<'a> {
-    fn new(counter: &'a AtomicUsize) -> Self {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Self(counter)
+impl OpenWatch {
+    /// Counts one more open watch, or 429 TooManyRequests (`Retry-After: 1`) at the bound.
+    fn reserve(shared: &Arc<Shared>) -> Result<Self, StatusError> {
+        let max = shared.config.limits.max_watches;
+        shared
+            .open_watches
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| {
+                StatusError::new(
+                    429,
+                    "TooManyRequests",
+                    format!("too many open watches (at most {max}), please try again later"),
+                )
+                .with_retry_after(1)
+            })?;
+        Ok(Self(Arc::clone(shared)))
     }
 }
 
-impl Drop for OpenWatch<'_> {
+impl Drop for OpenWatch {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.open_watches.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 async fn run(
-    shared: Arc<Shared>,
+    slot: OpenWatch,
     feed: Arc<dyn Feed>,
     subscription: Subscription,
     params: WatchParams,
     sender: mpsc::Sender<Bytes>,
 ) {
-    let _open = OpenWatch::new(&shared.open_watches);
+    let shared = &slot.0;
+    // Every send waits at most until the deadline: a client that stops reading cannot hold
+    // the watch (and its slot) past its timeout.
+    let sink = Sink {
+        sender,
+        deadline: Instant::now() + params.timeout,
+    };
     let mut generation = shared.watch_generation.subscribe();
     generation.mark_unchanged();
     let mut shutdown = shared.shutdown.clone();
@@ -162,15 +145,15 @@ async fn run(
         rv,
     } = subscription;
     for change in &initial {
-        if !send_change(&sender, change, &params.scope).await {
+        if !sink.change(change, &params.scope).await {
             return;
         }
     }
-    let kind = feed.kind();
-    if params.initial_events && sender.send(bookmark(kind, rv, true)).await.is_err() {
+    let (api_version, kind) = (feed.api_version(), feed.kind());
+    if params.initial_events && !sink.send(bookmark(api_version, kind, rv, true)).await {
         return;
     }
-    let deadline = tokio::time::sleep(params.timeout);
+    let deadline = tokio::time::sleep_until(sink.deadline);
     tokio::pin!(deadline);
     let mut ticker = params
         .bookmarks
@@ -182,23 +165,23 @@ async fn run(
             () = &mut deadline => break,
             _ = generation.changed() => break,
             () = crate::util::stopped(&mut shutdown) => break,
-            () = sender.closed() => break,
+            () = sink.sender.closed() => break,
             () = tick(&mut ticker) => {
                 let Ok((rv, pending)) = feed.sync_point(&mut receiver) else {
                     break;
                 };
                 for change in &pending {
-                    if !send_change(&sender, change, &params.scope).await {
+                    if !sink.change(change, &params.scope).await {
                         return;
                     }
                 }
-                if sender.send(bookmark(kind, rv, false)).await.is_err() {
+                if !sink.send(bookmark(api_version, kind, rv, false)).await {
                     return;
                 }
             }
             received = receiver.recv() => match received {
                 Ok(change) => {
-                    if !send_change(&sender, &change, &params.scope).await {
+                    if !sink.change(&change, &params.scope).await {
                         return;
                     }
                 }
@@ -242,15 +225,26 @@ impl Scope {
     }
 }
 
-/// Sends `change` if it lies in `scope`; false when the client is gone.
-async fn send_change(sender: &mpsc::Sender<Bytes>, change: &Change, scope: &Scope) -> bool {
-    if !scope.matches(&change.object) {
-        return true;
+/// The stream's sending end, with the watch's deadline.
+struct Sink {
+    sender: mpsc::Sender<Bytes>,
+    deadline: Instant,
+}
+
+impl Sink {
+    /// Sends `chunk`; false when the client is gone or the deadline passed first.
+    async fn send(&self, chunk: Bytes) -> bool {
+        matches!(
+            tokio::time::timeout_at(self.deadline, self.sender.send(chunk)).await,
+            Ok(Ok(()))
+        )
     }
-    sender
-        .send(line(change.kind.as_str(), &change.object))
-        .await
-        .is_ok()
+
+    /// Sends `change` if it lies in `scope`; false as [`send`](Self::send).
+    async fn change(&self, change: &Change, scope: &Scope) -> bool {
+        !scope.matches(&change.object)
+            || self.send(line(change.kind.as_str(), &change.object)).await
+    }
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -259,14 +253,15 @@ fn line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(text)
 }
 
-/// A BOOKMARK of `kind` at `rv`; `initial_end` marks the end of `sendInitialEvents`.
-fn bookmark(kind: &str, rv: u64, initial_end: bool) -> Bytes {
+/// A BOOKMARK of `api_version`/`kind` at `rv`; `initial_end` marks the end of
+/// `sendInitialEvents`.
+fn bookmark(api_version: &str, kind: &str, rv: u64, initial_end: bool) -> Bytes {
     let mut metadata = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
     line(
         "BOOKMARK",
-        &json!({"kind": kind, "apiVersion": API_VERSION, "metadata": metadata}),
+        &json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
     )
 }

@@ -1,5 +1,6 @@
 //! The `tier-testserver` binary, as a person runs it: it listens, writes a kubeconfig a real
-//! kube client (so kubectl) can use, and enforces Antrea's admission when asked.
+//! kube client (so kubectl) can use, enforces Antrea's admission when asked, and serves
+//! Calico's Tier when asked.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -30,14 +31,19 @@ fn tier(name: &str, priority: i64) -> DynamicObject {
     .unwrap()
 }
 
-#[tokio::test]
-async fn the_binary_serves_a_cluster_a_kubeconfig_reaches() {
+/// Runs the binary with `args` (and a fresh kubeconfig); returns it, its first stdout line and
+/// a client of the kubeconfig it wrote.
+async fn start(args: &[&str]) -> (Running, String, kube::Client, std::path::PathBuf) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let kubeconfig = std::env::temp_dir().join(format!(
-        "tier-testserver-binary-{}.kubeconfig",
-        std::process::id()
+        "tier-testserver-binary-{}-{}.kubeconfig",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let mut child = Command::new(env!("CARGO_BIN_EXE_tier-testserver"))
-        .args(["--port", "0", "--antrea-admission", "--kubeconfig"])
+        .args(["--port", "0"])
+        .args(args)
+        .arg("--kubeconfig")
         .arg(&kubeconfig)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -59,15 +65,55 @@ async fn the_binary_serves_a_cluster_a_kubeconfig_reaches() {
         line.starts_with("tier-testserver listening on http://127.0.0.1:"),
         "{line}"
     );
-    assert!(line.contains("Antrea's Tier admission rules"), "{line}");
-
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
         &kube::config::KubeConfigOptions::default(),
     )
     .await
     .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    (
+        running,
+        line,
+        kube::Client::try_from(config).unwrap(),
+        kubeconfig,
+    )
+}
+
+#[tokio::test]
+async fn the_binary_serves_calicos_tier_with_its_builtins() {
+    let (running, line, client, kubeconfig) = start(&["--calico", "--calico-builtins"]).await;
+    assert!(
+        line.contains("Calico's Tier at projectcalico.org/v3"),
+        "{line}"
+    );
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    let gvk = kube::api::GroupVersionKind::gvk("projectcalico.org", "v3", "Tier");
+    let (found, _) = discovery
+        .resolve_gvk(&gvk)
+        .expect("Calico's tiers are discoverable");
+    let tiers: Api<DynamicObject> = Api::all_with(client, &found);
+    let names: Vec<String> = tiers
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|t| t.metadata.name)
+        .collect();
+    assert_eq!(names, ["default", "kube-admin", "kube-baseline"]);
+    let error = tiers
+        .delete("default", &Default::default())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("cannot be deleted"), "{error}");
+    drop(running);
+    let _ = std::fs::remove_file(&kubeconfig);
+}
+
+#[tokio::test]
+async fn the_binary_serves_a_cluster_a_kubeconfig_reaches() {
+    let (running, line, client, kubeconfig) = start(&["--antrea-admission"]).await;
+    assert!(line.contains("Antrea's Tier admission rules"), "{line}");
     // Discovery, as kubectl runs it before `kubectl get tiers`, finds the Tier resource.
     let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
     let gvk = kube::api::GroupVersionKind::gvk("crd.antrea.io", "v1beta1", "Tier");

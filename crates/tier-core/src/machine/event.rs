@@ -18,6 +18,9 @@ pub enum TierEvent {
     Corrected {
         /// The Tier.
         tier: String,
+        /// The fields tierd ensures, in words ([`Controller::ENSURED_FIELDS`](crate::Controller::ENSURED_FIELDS)):
+        /// `priority and description`.
+        fields: &'static str,
     },
     /// A create would be denied because of other Tiers; nothing is sent until they change.
     Blocked {
@@ -73,7 +76,7 @@ impl TierEvent {
     pub fn tier(&self) -> &str {
         match self {
             TierEvent::Created { tier }
-            | TierEvent::Corrected { tier }
+            | TierEvent::Corrected { tier, .. }
             | TierEvent::Blocked { tier, .. }
             | TierEvent::Denied { tier, .. }
             | TierEvent::Forbidden { tier, .. }
@@ -98,8 +101,8 @@ impl fmt::Display for TierEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TierEvent::Created { tier } => write!(f, "created Tier {tier}"),
-            TierEvent::Corrected { tier } => {
-                write!(f, "corrected the priority and description of Tier {tier}")
+            TierEvent::Corrected { tier, fields } => {
+                write!(f, "corrected the {fields} of Tier {tier}")
             }
             TierEvent::Blocked { tier, reason, .. } => {
                 write!(f, "Tier {tier} cannot be created: {reason}")

@@ -13,11 +13,12 @@ pub use config::{ConfigError, ContestPolicy, MAX_COUNT, MAX_DURATION, MachineCon
 pub use event::TierEvent;
 pub use state::{OutcomeCounts, TierState, TierStatus, WriteHold};
 
+use crate::antrea::Antrea;
 use crate::budget::{Budget, Spend};
+use crate::controller::{CachedTier, Controller, DesiredTier};
 use crate::error::{ErrorClass, WriteError};
 use crate::fleet::saturating_add;
 use crate::observe::{Decision, FieldWriter, Generation, Observed, decide};
-use crate::spec::TierSpec;
 
 /// A fingerprint of one Tier's observation: its resourceVersion, or `None` when absent.
 type Fingerprint = Option<String>;
@@ -158,11 +159,11 @@ struct Contest {
 /// method only reads; the fleet also hands in the echo wait the other Tiers learned (crate-
 /// private, see [`echo_wait`](Self::echo_wait)).
 #[derive(Debug)]
-pub struct TierMachine {
-    spec: TierSpec,
+pub struct TierMachine<C: Controller = Antrea> {
+    spec: C::Spec,
     config: MachineConfig,
     rng: fastrand::Rng,
-    observed: Observed,
+    observed: Observed<C>,
     generation: Generation,
     blocker: Option<Blocker>,
     phase: Phase,
@@ -194,14 +195,14 @@ pub struct TierMachine {
     events: VecDeque<TierEvent>,
 }
 
-impl TierMachine {
+impl<C: Controller> TierMachine<C> {
     /// A machine for `spec`; `seed` makes its jitter deterministic.
     ///
     /// # Errors
     ///
     /// A [`ConfigError`] naming the field of `config` out of its range (see
     /// [`MachineConfig::validate`]).
-    pub fn new(spec: TierSpec, config: MachineConfig, seed: u64) -> Result<Self, ConfigError> {
+    pub fn new(spec: C::Spec, config: MachineConfig, seed: u64) -> Result<Self, ConfigError> {
         config.validate()?;
         let budget = Budget::new(&config.contest);
         let echo_wait = config.echo_timeout;
@@ -238,12 +239,12 @@ impl TierMachine {
     }
 
     /// The desired Tier.
-    pub fn spec(&self) -> &TierSpec {
+    pub fn spec(&self) -> &C::Spec {
         &self.spec
     }
 
     /// The latest observation handed in.
-    pub fn observed(&self) -> &Observed {
+    pub fn observed(&self) -> &Observed<C> {
         &self.observed
     }
 
@@ -298,7 +299,12 @@ impl TierMachine {
     /// Input: what the cache now says about this Tier, at `generation` of the whole set.
     ///
     /// An [`Observed::Unknown`] after a known observation is ignored: a cache does not forget.
-    pub fn handle_observation(&mut self, observed: Observed, generation: Generation, now: Instant) {
+    pub fn handle_observation(
+        &mut self,
+        observed: Observed<C>,
+        generation: Generation,
+        now: Instant,
+    ) {
         if observed != Observed::Unknown || self.observed == Observed::Unknown {
             self.observed = observed;
         }
@@ -347,10 +353,13 @@ impl TierMachine {
                 self.attempt = 0;
                 self.last_error = None;
                 self.error_since = None;
-                let tier = self.spec.name.clone();
+                let tier = self.spec.name().to_owned();
                 self.events.push_back(match kind {
                     WriteKind::Create => TierEvent::Created { tier },
-                    WriteKind::Update => TierEvent::Corrected { tier },
+                    WriteKind::Update => TierEvent::Corrected {
+                        tier,
+                        fields: C::ENSURED_FIELDS,
+                    },
                 });
                 self.phase = Phase::AwaitEcho {
                     basis,
@@ -387,7 +396,7 @@ impl TierMachine {
         self.attempt = self.attempt.saturating_add(1);
         let unit = self.rng.f64();
         let config = &self.config;
-        let tier = self.spec.name.clone();
+        let tier = self.spec.name().to_owned();
         let (wait, wake) = match class {
             ErrorClass::Stale => {
                 // The server knows something the cache does not show yet: give the cache as
@@ -508,7 +517,7 @@ impl TierMachine {
 
     /// Output: the call to make now, if any. At most one call is ever in flight: after an
     /// action, the next comes only once its outcome has been handed in.
-    pub fn poll_action(&mut self, now: Instant) -> Option<Action> {
+    pub fn poll_action(&mut self, now: Instant) -> Option<Action<C>> {
         if self.phase != Phase::Ready {
             return None;
         }
@@ -625,7 +634,7 @@ impl TierMachine {
             _ => TierState::Pending,
         };
         TierStatus {
-            name: self.spec.name.clone(),
+            name: self.spec.name().to_owned(),
             state,
             outcomes: self.outcomes,
             corrections: self.corrections,
@@ -638,7 +647,7 @@ impl TierMachine {
 
     fn emit_blocked(&mut self, blocker: Blocker) {
         self.events.push_back(TierEvent::Blocked {
-            tier: self.spec.name.clone(),
+            tier: self.spec.name().to_owned(),
             blockers: blocker.tiers,
             reason: blocker.reason,
         });
@@ -654,7 +663,7 @@ impl TierMachine {
                 if correction && !self.contest.contested {
                     self.contest.contested = true;
                     self.events.push_back(TierEvent::Contested {
-                        tier: self.spec.name.clone(),
+                        tier: self.spec.name().to_owned(),
                         streak: self.contest.streak,
                         by: self.contest.by.clone(),
                     });
@@ -675,7 +684,7 @@ impl TierMachine {
     /// One more correction in the streak; the object, if present, may name who changed it.
     fn count_correction(&mut self) {
         if let Observed::Present(tier) = &self.observed
-            && let Some(writer) = &tier.last_writer
+            && let Some(writer) = tier.last_writer()
         {
             self.contest.by = Some(writer.clone());
         }
@@ -694,7 +703,7 @@ impl TierMachine {
             self.contest.streak = 0;
             if std::mem::take(&mut self.contest.contested) {
                 self.events.push_back(TierEvent::ContestEnded {
-                    tier: self.spec.name.clone(),
+                    tier: self.spec.name().to_owned(),
                 });
             }
         }

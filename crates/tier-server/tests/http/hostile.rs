@@ -154,6 +154,43 @@ fn within(what: &str, elapsed: Duration, limit: Duration) {
     );
 }
 
+/// A slow head is closed `header_timeout` after its first byte also when the idle timeout is
+/// the longer one (as by default: 30 s idle, 5 s for a head), on a fresh connection and on a
+/// kept-alive one, not when the idle timeout would have passed.
+#[tokio::test(start_paused = true)]
+async fn a_slow_head_is_held_to_the_header_timeout_not_the_longer_idle_one() {
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(30),
+        header_timeout: Duration::from_secs(4),
+        ..LIMITS
+    };
+    let server = Running::start(Server::new(router()).limits(limits)).await;
+
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (got, elapsed) = slowloris(stream, "GET /livez HTTP/1.1\r\nHost: x\r\n").await;
+    assert_eq!(got, "");
+    within(
+        "slow head on a fresh connection",
+        elapsed,
+        limits.header_timeout,
+    );
+
+    // One request answered, 10 s idle, then a slow head: 4 s after its first byte.
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (got, elapsed) = slowloris(stream, "GET /livez HTTP/1.1\r\nHost: x\r\n").await;
+    assert_eq!(got, "");
+    within("slow head after keep-alive", elapsed, limits.header_timeout);
+    server.stop().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_stalled_plain_connection_is_closed_within_its_timeout() {
     let server = Running::start(Server::new(router()).limits(LIMITS)).await;

@@ -15,8 +15,8 @@
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::Body;
+use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 #[cfg(test)]
@@ -28,7 +28,7 @@ use tier_server::Webhook;
 pub use tier_server::webhook::IDENTITY_PENDING;
 #[cfg(test)]
 use tier_server::webhook::ReviewError;
-use tier_server::webhook::{MAX_REVIEW_BYTES, PATH};
+use tier_server::webhook::{PATH, read_review};
 
 /// A user name no request carries: the webhook built before the identity is known refuses
 /// every priority change first ([`Webhook::identity_pending`]), and this makes sure it could
@@ -66,11 +66,11 @@ impl IdentityGated {
         Some(self.known.get_or_init(|| (self.make)(&user)))
     }
 
-    /// The route `POST /validate/tier`, reading at most [`MAX_REVIEW_BYTES`] of body.
+    /// The route `POST /validate/tier`, reading at most
+    /// [`MAX_REVIEW_BYTES`](tier_server::webhook::MAX_REVIEW_BYTES) of body ([`read_review`]).
     pub(crate) fn routes(self) -> Router {
         Router::new()
             .route(PATH, post(handle))
-            .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
             .with_state(Arc::new(self))
     }
 
@@ -90,8 +90,11 @@ impl IdentityGated {
     }
 }
 
-async fn handle(State(gated): State<Arc<IdentityGated>>, body: Bytes) -> Response {
-    gated.webhook().respond(&body)
+async fn handle(State(gated): State<Arc<IdentityGated>>, body: Body) -> Response {
+    match read_review(body).await {
+        Ok(body) => gated.webhook().respond(&body),
+        Err(refused) => refused,
+    }
 }
 
 #[cfg(test)]

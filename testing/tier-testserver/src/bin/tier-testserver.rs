@@ -6,15 +6,19 @@
 //! KUBECONFIG=/tmp/tier.kubeconfig kubectl get tiers
 //! cargo run -p tier-bin -- run --kubeconfig /tmp/tier.kubeconfig --listen 127.0.0.1:8443
 //! ```
+//!
+//! A Calico cluster: `--calico` serves Calico's Tier (`projectcalico.org/v3`, or
+//! `--calico crd.projectcalico.org/v1`) beside Antrea's; `--calico-builtins` creates Calico's
+//! three built-in Tiers first, as Calico's own components would.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tier_testserver::{AdmissionMode, ServerConfig, TestApiServer};
+use tier_testserver::{AdmissionMode, CalicoApi, ServerConfig, TestApiServer};
 
-/// A fake Kubernetes API server serving Antrea's Tiers on 127.0.0.1 (plain HTTP, one bearer
-/// token), with a kubeconfig written for it. Stops on Ctrl-C.
+/// A fake Kubernetes API server serving Antrea's Tiers (and, with `--calico`, Calico's) on
+/// 127.0.0.1 (plain HTTP, one bearer token), with a kubeconfig written for it. Stops on Ctrl-C.
 #[derive(Debug, Parser)]
 #[command(name = "tier-testserver", version, about)]
 struct Args {
@@ -42,6 +46,22 @@ struct Args {
     /// change priorities.
     #[arg(long)]
     antrea_admission: bool,
+
+    /// Also serve Calico's Tier, its CRD installed, at this API (`projectcalico.org/v3`, as a
+    /// current Calico install serves it, or `crd.projectcalico.org/v1`), with Calico's CRD
+    /// rules and its admission policy on built-in Tiers.
+    #[arg(
+        long,
+        value_name = "API",
+        num_args = 0..=1,
+        default_missing_value = "projectcalico.org/v3"
+    )]
+    calico: Option<CalicoApi>,
+
+    /// Create Calico's three built-in Tiers (default, kube-admin, kube-baseline) at start, as
+    /// Calico's own components would. Needs `--calico`.
+    #[arg(long, requires = "calico")]
+    calico_builtins: bool,
 }
 
 /// The bearer token of `--user` in the kubeconfig (loopback only; not a secret).
@@ -85,13 +105,26 @@ async fn serve(args: Args) -> Result<(), tier_testserver::Error> {
             controller_user: args.user.clone(),
         });
     }
+    if let Some(api) = args.calico {
+        config = config.calico(api);
+    }
     let server = TestApiServer::start(config).await?;
+    if args.calico_builtins {
+        server
+            .store()
+            .calico()
+            .create_builtins()
+            .map_err(tier_testserver::Error::Seed)?;
+    }
     server.write_kubeconfig(&args.kubeconfig, &args.user)?;
-    let admission = if args.antrea_admission {
-        "Antrea's Tier admission rules"
+    let mut admission = if args.antrea_admission {
+        "Antrea's Tier admission rules".to_owned()
     } else {
-        "no admission"
+        "no admission".to_owned()
     };
+    if let Some(api) = args.calico {
+        admission.push_str(&format!("; Calico's Tier at {api}"));
+    }
     // The first line is the contract for scripts and tests: the URL, then the kubeconfig.
     println!(
         "tier-testserver listening on {} ({admission}); kubeconfig: {}",

@@ -187,10 +187,15 @@ pub struct WatchReader {
 
 impl WatchReader {
     pub async fn open(http: &Http, query: &str) -> Self {
+        Self::open_at(http, TIERS, query).await
+    }
+
+    /// A watch of the collection at `path`.
+    pub async fn open_at(http: &Http, path: &str, query: &str) -> Self {
         let response = http
             .raw(
                 Method::GET,
-                &format!("{TIERS}?watch=true&{query}"),
+                &format!("{path}?watch=true&{query}"),
                 None,
                 None,
             )

@@ -7,7 +7,7 @@ use serde_json::json;
 use tier_testserver::ServerConfig;
 use tier_testserver::tier::tier;
 
-use crate::common::{Http, SHORT, TIERS, WatchReader, server};
+use crate::common::{ADMIN_TOKEN, Http, SHORT, TIERS, WatchReader, server};
 
 fn rv_of(event: &serde_json::Value) -> u64 {
     event["object"]["metadata"]["resourceVersion"]
@@ -202,4 +202,76 @@ async fn other_actor_writes_reach_watches() {
     .map(|e| e["type"].as_str().unwrap().to_owned())
     .collect();
     assert_eq!(kinds, ["ADDED", "MODIFIED", "DELETED"]);
+}
+
+#[tokio::test]
+async fn watches_beyond_the_bound_get_429_until_one_closes() {
+    let limits = tier_testserver::Limits {
+        max_watches: 1,
+        ..Default::default()
+    };
+    let server = server(ServerConfig::default().limits(limits)).await;
+    let http = Http::admin(&server);
+    let first = WatchReader::open(&http, "").await;
+    assert!(server.wait_for_watches(1, SHORT).await);
+    let refused = http.get(&format!("{TIERS}?watch=true")).await;
+    assert_eq!(refused.code, 429, "{refused:?}");
+    assert_eq!(refused.headers["retry-after"], "1");
+    drop(first);
+    let deadline = Instant::now() + SHORT;
+    while server.open_watches() > 0 {
+        assert!(Instant::now() < deadline, "the first watch never closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _second = WatchReader::open(&http, "").await;
+}
+
+#[tokio::test]
+async fn the_request_log_keeps_the_last_records() {
+    let limits = tier_testserver::Limits {
+        max_log_records: 3,
+        ..Default::default()
+    };
+    let server = server(ServerConfig::default().limits(limits)).await;
+    let http = Http::admin(&server);
+    for _ in 0..5 {
+        http.get(TIERS).await;
+    }
+    let log = server.requests();
+    let seqs: Vec<u64> = log.records().iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, [2, 3, 4]);
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_loses_its_watch_at_the_timeout() {
+    let server = server(ServerConfig::default().watch_window(10)).await;
+    server.store().create(tier("t", 1, None)).unwrap();
+    // Opened on a raw socket, never read.
+    let mut stalled = std::net::TcpStream::connect(server.addr()).unwrap();
+    let request = format!(
+        "GET {TIERS}?watch=true&timeoutSeconds=1 HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {ADMIN_TOKEN}\r\n\r\n"
+    );
+    std::io::Write::write_all(&mut stalled, request.as_bytes()).unwrap();
+    assert!(server.wait_for_watches(1, SHORT).await);
+    // Far more than the stream buffer (256 events) and the sockets hold: the watch task
+    // blocks on sending.
+    let big = "x".repeat(16 * 1024);
+    for i in 0..600 {
+        server
+            .store()
+            .modify("t", |t| {
+                t["spec"]["description"] = json!(format!("{i}{big}"))
+            })
+            .unwrap();
+    }
+    let deadline = Instant::now() + SHORT;
+    while server.open_watches() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a stalled watch outlived its timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(stalled);
 }

@@ -1,4 +1,5 @@
-//! The `--tiers FILE` format: a YAML document that replaces the default Antrea set.
+//! The `--tiers FILE` format of `tierd` (a YAML document that replaces the default Antrea set),
+//! for the binary and for embedders that read the same file.
 //!
 //! ```yaml
 //! tiers:
@@ -19,13 +20,17 @@
 //!
 //! Shape errors found while reading the document come first, then the rules of
 //! [`tier_core::DesiredSet`] over every well-formed entry (so one malformed entry hides no other
-//! problem). Nothing is sent to any API before the file is valid.
+//! problem). Nothing here talks to an API: `tierd` validates the file before it builds a
+//! client.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
-use tier_core::{DesiredSet, ErrorType, Rule, TierSpec, ValidationRules, Violation};
+use tier_core::calico::{self, Calico, DefaultAction};
+use tier_core::{
+    Controller, DesiredSet, ErrorType, Rule, TierSpec, ValidationError, ValidationRules, Violation,
+};
 
 /// One problem in a Tiers file, in Kubernetes' field-error form.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,27 +102,30 @@ fn list(problems: &[Problem]) -> String {
     problems.iter().map(|p| format!("\n  - {p}")).collect()
 }
 
-/// Reads and validates the Tiers file at `path` under Antrea's default rules.
+/// Reads the Tiers file at `path` and hands its text to `parse` (one parser per controller's
+/// format; Antrea's is [`parse_with`]), naming the file in either error.
+///
+/// ```no_run
+/// use tier_core::ValidationRules;
+/// use tierd::tiers_file;
+///
+/// let rules = ValidationRules::default();
+/// let desired = tiers_file::load("tiers.yaml".as_ref(), |text| tiers_file::parse_with(text, &rules));
+/// ```
 ///
 /// # Errors
 ///
-/// [`TiersFileError::Read`] when unreadable, [`TiersFileError::Invalid`] listing every problem.
-pub fn load(path: &Path) -> Result<DesiredSet, TiersFileError> {
-    load_with(path, &ValidationRules::default())
-}
-
-/// Reads and validates the Tiers file at `path` under `rules` (for example with the
-/// `ClusterNetworkPolicy` feature gate's reserved priority).
-///
-/// # Errors
-///
-/// As [`load`].
-pub fn load_with(path: &Path, rules: &ValidationRules) -> Result<DesiredSet, TiersFileError> {
+/// [`TiersFileError::Read`] when unreadable, [`TiersFileError::Invalid`] listing every problem
+/// `parse` found.
+pub fn load<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, Vec<Problem>>,
+) -> Result<T, TiersFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| TiersFileError::Read {
         path: path.to_owned(),
         source,
     })?;
-    parse_with(&text, rules).map_err(|problems| TiersFileError::Invalid {
+    parse(&text).map_err(|problems| TiersFileError::Invalid {
         path: path.to_owned(),
         problems,
     })
@@ -145,6 +153,48 @@ pub fn parse(text: &str) -> Result<DesiredSet, Vec<Problem>> {
 
 /// Parses and validates a Tiers document under `rules`; on failure returns every problem found.
 pub fn parse_with(text: &str, rules: &ValidationRules) -> Result<DesiredSet, Vec<Problem>> {
+    parse_document(text, "priorities are 0 to 255", read_entry, |specs| {
+        DesiredSet::new(specs, rules)
+    })
+}
+
+/// Parses and validates a Tiers document of Calico's fields (`name`, `order`: an optional
+/// number, `defaultAction`: `Deny` (the default) or `Pass`) under `rules` (Calico's built-in
+/// Tiers pinned by default); on failure returns every problem found.
+///
+/// ```
+/// use tier_core::calico::{DefaultAction, Rules};
+/// use tierd::tiers_file;
+///
+/// let set = tiers_file::parse_calico(
+///     "tiers:\n  - {name: security, order: 100, defaultAction: Pass}\n",
+///     &Rules::default(),
+/// )
+/// .unwrap();
+/// assert_eq!(set.tiers()[0].default_action, DefaultAction::Pass);
+/// let problems = tiers_file::parse_calico("tiers: [{name: default, order: 5}]", &Rules::default())
+///     .unwrap_err();
+/// assert_eq!(
+///     problems[0].to_string(),
+///     "tiers[0] (default): spec.order: Invalid value: 5: must be 1000000 for this built-in Tier"
+/// );
+/// ```
+pub fn parse_calico(text: &str, rules: &calico::Rules) -> Result<DesiredSet<Calico>, Vec<Problem>> {
+    parse_document(text, "orders are floats", read_calico_entry, |specs| {
+        DesiredSet::new(specs, rules)
+    })
+}
+
+/// The shared reading of a Tiers document: size and nesting limits, the `tiers` list, each
+/// entry by `read` (one reader per controller's fields), then the set's rules by `validate`
+/// over every well-formed entry. `range` says what numbers may be, for a number serde_yaml
+/// cannot represent.
+fn parse_document<S, C: Controller>(
+    text: &str,
+    range: &str,
+    read: fn(usize, &Value, &mut Vec<Problem>) -> Option<S>,
+    validate: impl FnOnce(Vec<S>) -> Result<DesiredSet<C>, ValidationError>,
+) -> Result<DesiredSet<C>, Vec<Problem>> {
     if text.len() > MAX_BYTES {
         return Err(vec![document(format!(
             "the file is {} bytes; at most {MAX_BYTES} are accepted",
@@ -160,7 +210,7 @@ pub fn parse_with(text: &str, rules: &ValidationRules) -> Result<DesiredSet, Vec
         let what = e.to_string();
         // serde_yaml reads 20- to 39-digit integers as 128-bit ones, which it cannot represent.
         let rule = if what.contains("u128") || what.contains("i128") {
-            format!("a number is out of range (priorities are 0 to 255): {what}")
+            format!("a number is out of range ({range}): {what}")
         } else {
             format!("not valid YAML: {what}")
         };
@@ -210,7 +260,7 @@ pub fn parse_with(text: &str, rules: &ValidationRules) -> Result<DesiredSet, Vec
     let mut specs = Vec::new();
     let mut positions = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
-        if let Some(spec) = read_entry(index, entry, &mut problems) {
+        if let Some(spec) = read(index, entry, &mut problems) {
             specs.push(spec);
             positions.push(index);
         }
@@ -220,7 +270,7 @@ pub fn parse_with(text: &str, rules: &ValidationRules) -> Result<DesiredSet, Vec
         return Err(problems);
     }
     // The rules apply to every well-formed entry, so one malformed entry hides no other problem.
-    match DesiredSet::new(specs, rules) {
+    match validate(specs) {
         Ok(set) if problems.is_empty() => Ok(set),
         Ok(_) => Err(problems),
         Err(err) => {
@@ -283,27 +333,7 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
             ..problem(Some(index), kind, value, detail)
         });
     };
-    let name = match map.get("name") {
-        Some(Value::String(name)) => Some(name.clone()),
-        Some(other) => {
-            push(
-                "metadata.name",
-                ErrorType::Invalid,
-                render(other),
-                &format!("must be a string, not {}", kind_of(other)),
-            );
-            None
-        }
-        None => {
-            push(
-                "metadata.name",
-                ErrorType::Required,
-                None,
-                "name is required",
-            );
-            None
-        }
-    };
+    let name = read_name(map.get("name"), &mut push);
     let priority = match map.get("priority") {
         Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
             (Some(p), _) => Some(p),
@@ -373,6 +403,114 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
         return None;
     }
     Some(TierSpec::new(name?, priority?, description?))
+}
+
+/// The fields of a Calico entry, as the file names them.
+const CALICO_FIELDS: [&str; 3] = ["name", "order", "defaultAction"];
+
+/// One entry of a Calico Tiers file, or `None` after pushing its problems.
+fn read_calico_entry(
+    index: usize,
+    entry: &Value,
+    problems: &mut Vec<Problem>,
+) -> Option<calico::TierSpec> {
+    let Some(map) = entry.as_mapping() else {
+        problems.push(Problem {
+            field: String::new(),
+            ..problem(
+                Some(index),
+                ErrorType::Invalid,
+                render(entry),
+                &format!(
+                    "each Tier must be a mapping with name, order and defaultAction, not {}",
+                    kind_of(entry)
+                ),
+            )
+        });
+        return None;
+    };
+    let tier = match map.get("name") {
+        Some(Value::String(name)) => name.clone(),
+        _ => String::new(),
+    };
+    let before = problems.len();
+    let mut push = |field: &str, kind, value, detail: &str| {
+        problems.push(Problem {
+            tier: tier.clone(),
+            field: field.to_owned(),
+            ..problem(Some(index), kind, value, detail)
+        });
+    };
+    let name = read_name(map.get("name"), &mut push);
+    let order = match map.get("order") {
+        None | Some(Value::Null) => Some(None),
+        Some(Value::Number(n)) => n.as_f64().map(Some),
+        Some(other) => {
+            push(
+                "spec.order",
+                ErrorType::Invalid,
+                render(other),
+                &format!("must be a number, not {}", kind_of(other)),
+            );
+            None
+        }
+    };
+    let default_action = match map.get("defaultAction") {
+        None | Some(Value::Null) => Some(DefaultAction::Deny),
+        Some(Value::String(action)) if action == "Deny" => Some(DefaultAction::Deny),
+        Some(Value::String(action)) if action == "Pass" => Some(DefaultAction::Pass),
+        Some(other) => {
+            push(
+                "spec.defaultAction",
+                ErrorType::Unsupported,
+                render(other),
+                "supported values: \"Deny\", \"Pass\"",
+            );
+            None
+        }
+    };
+    for key in map.keys() {
+        if !key.as_str().is_some_and(|k| CALICO_FIELDS.contains(&k)) {
+            push(
+                &key_name(key),
+                ErrorType::Forbidden,
+                None,
+                "unknown field; the fields are name, order and defaultAction",
+            );
+        }
+    }
+    if problems.len() > before {
+        return None;
+    }
+    Some(calico::TierSpec::new(name?, order?, default_action?))
+}
+
+/// The `name` of an entry: a string, required.
+fn read_name(
+    value: Option<&Value>,
+    push: &mut impl FnMut(&str, ErrorType, Option<String>, &str),
+) -> Option<String> {
+    match value {
+        Some(Value::String(name)) => Some(name.clone()),
+        Some(other) => {
+            push(
+                "metadata.name",
+                ErrorType::Invalid,
+                render(other),
+                &format!("must be a string, not {}", kind_of(other)),
+            );
+            None
+        }
+        None => {
+            push(
+                "metadata.name",
+                ErrorType::Required,
+                None,
+                "name is required",
+            );
+            None
+        }
+    }
 }
 
 /// A value as Kubernetes prints it in `Invalid value: ...`: strings quoted, numbers and booleans

@@ -1,12 +1,11 @@
 //! The files in `deploy/` say what tierd needs and nothing more.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
 
+use crate::cli::Cli;
 use clap::Parser;
 use serde::Deserialize;
 use serde_yaml::Value;
-use tier_bin::cli::Cli;
 
 fn deploy(file: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -41,7 +40,7 @@ fn strings(value: &Value) -> Vec<&str> {
 fn the_crd_file_is_what_tierd_crd_prints() {
     assert_eq!(
         deploy("crd.yaml"),
-        tier_bin::commands::crd().unwrap(),
+        crate::commands::crd().unwrap(),
         "regenerate with: cargo run -p tier-bin -- crd > deploy/crd.yaml"
     );
 }
@@ -119,13 +118,13 @@ fn rbac_is_least_privilege() {
 }
 
 /// The Deployment's container and its command line.
-fn container() -> (Value, tier_bin::cli::RunArgs) {
+fn container() -> (Value, crate::cli::RunArgs) {
     let docs = documents("base/deployment.yaml");
     let pod = &kind(&docs, "Deployment")["spec"]["template"]["spec"];
     let container = pod["containers"][0].clone();
     let args = std::iter::once("tierd").chain(strings(&container["args"]));
     let cli = Cli::try_parse_from(args).unwrap();
-    let tier_bin::cli::Command::Run(args) = cli.command else {
+    let crate::cli::Command::Run(args) = cli.command else {
         panic!("the Deployment does not run `tierd run`");
     };
     (container, args)
@@ -160,9 +159,10 @@ fn the_deployment_is_probed_hardened_and_runs_a_valid_command_line() {
     assert_eq!(
         container_port(&container, "webhook"),
         u64::from(
-            args.listen
-                .port()
+            <tier_core::Antrea as crate::controller::ControllerMode>::webhook_listen(&args)
+                .unwrap()
                 .expect("the base Deployment listens for the webhook")
+                .port()
         )
     );
     assert_eq!(

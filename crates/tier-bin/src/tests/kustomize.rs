@@ -2,16 +2,15 @@
 //! standalone (`deploy/`: CRD, webhook, self-signed certificate) and beside Antrea
 //! (`deploy/overlays/beside-antrea`: no CRD, no webhook, an organisation's Tiers). Where no
 //! `kubectl` is found the tests say so and check the kustomizations' structure only.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::cli::Cli;
 use clap::CommandFactory;
 use serde::Deserialize;
 use serde_yaml::Value;
-use tier_bin::cli::Cli;
 
 fn deploy() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -296,7 +295,7 @@ fn standalone_installs_the_crd_the_webhook_and_a_self_signed_certificate() {
     };
     common_checks(&docs, "kube-system");
     let crd = get(&docs, "CustomResourceDefinition", "tiers.crd.antrea.io");
-    let ours: Value = serde_yaml::from_str(&tier_bin::commands::crd().unwrap()).unwrap();
+    let ours: Value = serde_yaml::from_str(&crate::commands::crd().unwrap()).unwrap();
     assert_eq!(*crd, ours, "the rendered CRD is `tierd crd`");
     let hook = &get(&docs, "ValidatingWebhookConfiguration", "tierd")["webhooks"][0];
     assert_eq!(
@@ -334,7 +333,7 @@ fn beside_antrea_installs_no_crd_no_webhook_and_ensures_the_organisations_tiers(
     check_structure(&dir);
     // The Tiers file shipped in the overlay is valid for tierd.
     let tiers = std::fs::read_to_string(dir.join("tiers.yaml")).unwrap();
-    let desired = tier_bin::tiers_file::parse(&tiers).unwrap();
+    let desired = tierd::tiers_file::parse(&tiers).unwrap();
     for tier in desired.tiers() {
         assert!(
             antrea_free(tier.priority),
@@ -397,10 +396,10 @@ fn no_webhook_port(text: &str, docs: &[Value]) {
         .collect();
     assert!(args.contains(&"--webhook-listen="), "{args:?}");
     let cli = <Cli as clap::Parser>::try_parse_from(&args).unwrap();
-    let tier_bin::cli::Command::Run(run) = cli.command else {
+    let crate::cli::Command::Run(run) = cli.command else {
         panic!("not run");
     };
-    assert_eq!(run.listen, tier_bin::cli::Listen(None));
+    assert_eq!(run.listen, Some(crate::cli::Listen(None)));
     for port in container["ports"].as_sequence().into_iter().flatten() {
         assert_ne!(port["name"].as_str(), Some("webhook"), "{port:?}");
     }
@@ -435,8 +434,7 @@ fn antrea_free(priority: i64) -> bool {
 #[test]
 fn namespace_and_image_are_the_usual_kustomize_knobs() {
     // A consumer's kustomization elsewhere; kustomize wants a relative path to the base.
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("tierd-kustomize-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tierd-kustomize-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let dir = dir.canonicalize().unwrap();
     std::fs::write(

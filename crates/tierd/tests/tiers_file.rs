@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use tier_bin::tiers_file::{Problem, parse};
 use tier_core::{DesiredSet, TierSpec};
+use tierd::tiers_file::{Problem, parse};
 
 /// Parses `text` and checks the shape of the outcome.
 fn check(text: &str) -> Result<DesiredSet, Vec<Problem>> {
@@ -615,7 +615,7 @@ fn alias_bombs_are_refused_quickly() {
 /// factors; `tier-bench` measures speed.)
 #[test]
 fn files_at_the_size_limit_are_parsed_quickly() {
-    use tier_bin::tiers_file::MAX_BYTES;
+    use tierd::tiers_file::MAX_BYTES;
 
     let fill = |line: &dyn Fn(usize) -> String, head: &str| {
         let mut text = head.to_owned();
