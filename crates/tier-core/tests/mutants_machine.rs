@@ -134,3 +134,61 @@ fn only_an_echo_shortens_a_learned_echo_wait() {
     assert!(m.is_converged());
     assert_eq!(m.echo_wait(), 6 * S);
 }
+
+#[test]
+fn a_tier_at_its_write_bound_says_so_once_in_its_state_and_its_rendering() {
+    // Someone keeps changing the Tier back: after the burst the next correction is held and
+    // the Tier is contested; the rendering says so in the contest's words, without the
+    // budget note. A Tier whose own writes keep failing reaches the bound too: its state keeps
+    // the cause and the rendering notes the budget.
+    let t0 = Instant::now();
+    let mut m = TierMachine::new(desired(), MachineConfig::default(), 7).unwrap();
+    m.handle_observation(shows(10, "d", 1), 1, t0);
+    assert!(!m.status().is_write_limited());
+    let mut rv = 1;
+    let mut now = t0;
+    let held = loop {
+        now += 100 * MS;
+        rv += 1;
+        m.handle_observation(shows(11, "d", rv), rv, now);
+        match step(&mut m, now) {
+            Some(Action::Update { .. }) => {
+                m.handle_outcome(Ok(()), now);
+                rv += 1;
+                m.handle_observation(shows(10, "d", rv), rv, now);
+                assert!(m.is_converged());
+                assert!(!m.status().is_write_limited());
+            }
+            Some(other) => panic!("{other:?}"),
+            None => break m.status(),
+        }
+    };
+    assert!(
+        matches!(held.state, TierState::Contested { .. }),
+        "{held:?}"
+    );
+    assert!(held.is_write_limited());
+    let words = held.to_string();
+    assert!(words.contains("keeps changing it back"), "{words}");
+    assert!(!words.contains("write budget"), "{words}");
+
+    let mut failing = TierMachine::new(desired(), MachineConfig::default(), 7).unwrap();
+    failing.handle_observation(Observed::Absent, 1, t0);
+    let mut now = t0;
+    while !failing.status().is_write_limited() {
+        let (at, _) = next_call(&mut failing, now, 600 * S).unwrap();
+        failing.handle_outcome(Err(WriteError::transient("503")), at);
+        now = at;
+        assert!(now < t0 + 60 * S, "{:?}", failing.status());
+    }
+    let status = failing.status();
+    assert!(
+        matches!(status.state, TierState::Retrying { .. }),
+        "{status:?}"
+    );
+    assert!(status.held.is_some());
+    assert!(
+        status.to_string().contains("write budget spent"),
+        "{status}"
+    );
+}
