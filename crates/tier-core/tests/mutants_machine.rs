@@ -192,3 +192,31 @@ fn a_tier_at_its_write_bound_says_so_once_in_its_state_and_its_rendering() {
         "{status}"
     );
 }
+
+#[test]
+fn time_a_full_budget_spends_full_earns_nothing() {
+    // The budget (3 tokens, one back per 20 s) is full again 40 s after one correction, and
+    // stays full until the next: that idle time buys no token. After three quick corrections
+    // at 50, 51 and 52 s, a fourth at 65 s (15 s after the first of them) is held.
+    let t0 = Instant::now();
+    let mut m = TierMachine::new(desired(), MachineConfig::default(), 7).unwrap();
+    let mut rv = 1;
+    m.handle_observation(shows(10, "d", rv), rv, t0);
+    let mut correct = |m: &mut TierMachine, at: Instant| {
+        rv += 1;
+        m.handle_observation(shows(11, "d", rv), rv, at);
+        let action = m.poll_action(at)?;
+        assert!(matches!(action, Action::Update { .. }));
+        m.handle_outcome(Ok(()), at);
+        rv += 1;
+        m.handle_observation(shows(10, "d", rv), rv, at);
+        assert!(m.is_converged());
+        Some(at)
+    };
+    for secs in [0, 50_000, 51_000, 52_000] {
+        let at = t0 + 100 * MS + secs * MS;
+        assert!(correct(&mut m, at).is_some(), "at {secs} ms");
+    }
+    assert_eq!(correct(&mut m, t0 + 65 * S), None, "held: no token left");
+    assert!(matches!(m.status().state, TierState::Contested { .. }));
+}
