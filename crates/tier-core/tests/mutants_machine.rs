@@ -220,3 +220,31 @@ fn time_a_full_budget_spends_full_earns_nothing() {
     assert_eq!(correct(&mut m, t0 + 65 * S), None, "held: no token left");
     assert!(matches!(m.status().state, TierState::Contested { .. }));
 }
+
+#[test]
+fn every_timing_may_be_a_day_and_no_more() {
+    // The documented range of every duration: 1 ms ..= 1 day.
+    let day = Duration::from_secs(24 * 60 * 60);
+    let mut config = MachineConfig::default();
+    config.forbidden_backoff.cap = day;
+    config.not_installed_retry = day;
+    config.contest.hold_cap = day;
+    assert_eq!(config.validate(), Ok(()));
+    config.not_installed_retry = day + MS;
+    let error = config.validate().unwrap_err();
+    assert_eq!(error.field, "machine.not_installed_retry");
+    assert!(error.to_string().contains("86400s"), "{error}");
+}
+
+#[test]
+fn the_write_bound_counts_the_hold_that_reaches_the_cap_once() {
+    // Holds of 1, 2, 4 ... 32 s, then 64 s = the cap: seven holds reach it, then one write per
+    // 64 s. In 300 s: 3 (burst) + 15 (one token per 20 s) + 7 + 4 (300 / 64).
+    let policy = tier_core::ContestPolicy {
+        burst: 3,
+        refill: 20 * S,
+        hold_initial: S,
+        hold_cap: 64 * S,
+    };
+    assert_eq!(policy.max_writes(300 * S), 3 + 15 + 7 + 4);
+}
