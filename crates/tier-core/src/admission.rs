@@ -407,12 +407,22 @@ impl Reservations {
     /// Drops the reservations that lapsed at `now` and those the cache (`existing`) shows.
     pub fn prune<'a>(&mut self, now: Instant, existing: impl IntoIterator<Item = (&'a str, i64)>) {
         let existing: Vec<(&str, i64)> = existing.into_iter().collect();
+        self.settle(now, |name| {
+            existing
+                .iter()
+                .find(|(cached, _)| *cached == name)
+                .map(|(_, p)| *p)
+        });
+    }
+
+    /// [`prune`](Self::prune) with the cache as a lookup (`shown(name)` is the priority the
+    /// cache shows for `name`): no copy of the cache. Dropping what the cache shows is safe
+    /// whoever asks, since the cache itself then holds the priority; an UPDATE or DELETE review
+    /// settles so, because the cache may stop showing a Tier before the next CREATE review.
+    pub fn settle(&mut self, now: Instant, shown: impl Fn(&str) -> Option<i64>) {
         let ttl = self.ttl;
         self.held.retain(|r| {
-            now.saturating_duration_since(r.at) < ttl
-                && !existing
-                    .iter()
-                    .any(|(name, p)| *name == r.name && *p == r.priority)
+            now.saturating_duration_since(r.at) < ttl && shown(&r.name) != Some(r.priority)
         });
     }
 

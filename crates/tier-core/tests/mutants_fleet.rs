@@ -387,3 +387,145 @@ fn an_update_is_never_held_for_a_joint_prediction() {
         .collect();
     assert_eq!(kinds, [("b", "create"), ("a", "update")]);
 }
+
+#[test]
+fn an_update_answered_during_a_create_hold_does_not_delay_the_probe() {
+    // Creates are refused (a create hold is on); baseline drifts and is corrected before the
+    // probe's next create is due: the probe still creates on time.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    put_desired(&mut world, "baseline");
+    let mut fleet = fleet(t0);
+    fleet.handle_snapshot(&world.snapshot(), t0);
+    for (id, _) in take_actions(&mut fleet, t0) {
+        fleet.handle_outcome(id, Err(refused("create")), t0);
+    }
+    let probe = fleet.create_probe().expect("a create hold");
+    let t1 = t0 + 100 * MS;
+    world.put("baseline", 253, "edited");
+    fleet.handle_snapshot(&world.snapshot(), t1);
+    let calls = step(&mut fleet, t1);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(matches!(calls[0].1, Action::Update { .. }));
+    fleet.handle_outcome(calls[0].0, world.perform(&calls[0].1), t1);
+    fleet.handle_snapshot(&world.snapshot(), t1);
+    // The probe's forbidden backoff (1 s, jittered) is over by t0 + 2 s.
+    let calls = step(&mut fleet, t0 + 2 * S);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0].0, probe);
+}
+
+#[test]
+fn a_probe_asked_to_come_back_later_holds_the_others_at_most_the_outage_release() {
+    // Every create fails with 503 at once (an outage); the probe's answer asks it to come back
+    // in 60 s (`Retry-After`). The server is fine again at once: the others, due on their own
+    // short backoff, are released after `OUTAGE_RELEASE` (10 s), not after the probe's 60 s.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    // A backoff cap above the Retry-After, so the server's 60 s is what the probe waits.
+    let mut config = FleetConfig::default();
+    config.machine.backoff.cap = 60 * S;
+    let mut fleet = Fleet::new(&DesiredSet::antrea(), config, t0).unwrap();
+    let calls = run(
+        &mut fleet,
+        &mut world,
+        t0,
+        t0 + 70 * S,
+        100 * MS,
+        |now, id, _| {
+            if now > t0 {
+                Fault::None
+            } else if id == 0 {
+                Fault::Fail(WriteError::transient("503").with_retry_after(60 * S))
+            } else {
+                Fault::Fail(WriteError::transient("503"))
+            }
+        },
+    );
+    assert!(fleet.is_converged(), "{:#?}", fleet.status());
+    let others = calls.iter().filter(|c| c.id != 0 && c.ok);
+    let last = others.map(|c| c.at).max().unwrap();
+    let brief: Vec<_> = calls
+        .iter()
+        .map(|c| (c.id, (c.at - t0).as_millis(), c.ok))
+        .collect();
+    assert!(last > t0 + 10 * S, "held first: {brief:?}");
+    assert!(last <= t0 + 11 * S, "released after 10 s: {calls:#?}");
+    let probe_retry = calls.iter().filter(|c| c.id == 0).nth(1).unwrap();
+    assert!(
+        probe_retry.at >= t0 + 60 * S,
+        "the server's Retry-After stands"
+    );
+}
+
+#[test]
+fn a_joint_denial_waits_for_the_echo_of_the_create_it_depends_on() {
+    // 19 users' Tiers; desired a and b each fit, together they exceed Antrea's 20 distinct
+    // priorities. a's create is confirmed while the cache does not show it yet: b still waits
+    // (the server would deny it), and once the cache shows a, b is blocked, never denied.
+    let t0 = Instant::now();
+    let mut world = World::default();
+    for p in 0..19 {
+        world.put(&format!("user-{p}"), p, "");
+    }
+    let desired = DesiredSet::new(
+        vec![TierSpec::new("a", 100, ""), TierSpec::new("b", 101, "")],
+        &Default::default(),
+    )
+    .unwrap();
+    let mut fleet = Fleet::new(&desired, FleetConfig::default(), t0).unwrap();
+    let lagging = world.snapshot();
+    fleet.handle_snapshot(&lagging, t0);
+    let calls = take_actions(&mut fleet, t0);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    fleet.handle_outcome(calls[0].0, world.perform(&calls[0].1), t0 + 100 * MS);
+    fleet.handle_snapshot(&lagging, t0 + 100 * MS);
+    assert!(
+        step(&mut fleet, t0 + 200 * MS).is_empty(),
+        "b waits for a's echo"
+    );
+    fleet.handle_snapshot(&world.snapshot(), t0 + 300 * MS);
+    assert!(step(&mut fleet, t0 + 300 * MS).is_empty());
+    let status = fleet.status();
+    assert!(matches!(status.tiers[1].state, TierState::Blocked { .. }));
+    assert_eq!(status.tiers[1].outcomes.failed(), 0);
+}
+
+/// The latest instant this platform's clock can represent, found by bisection.
+fn end_of_time() -> Instant {
+    let now = Instant::now();
+    let (mut lo, mut hi) = (0u64, u64::MAX);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if now
+            .checked_add(std::time::Duration::from_secs(mid))
+            .is_some()
+        {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    now + std::time::Duration::from_secs(lo)
+}
+
+#[test]
+fn at_the_end_of_the_clock_a_timer_that_cannot_be_represented_still_waits() {
+    // Two hours before the clock's last instant, a write is confirmed and its echo wait is a
+    // day (the largest valid): the deadline cannot be represented, so it is put as late as
+    // can be in steps (about an hour here), never now (a hot loop) nor within minutes.
+    let t0 = end_of_time() - 2 * 3600 * S;
+    let mut config = FleetConfig::default();
+    config.machine.echo_timeout = tier_core::MAX_DURATION;
+    config.machine.backoff.cap = tier_core::MAX_DURATION;
+    let desired = DesiredSet::new(vec![TierSpec::new("a", 10, "")], &Default::default()).unwrap();
+    let mut fleet = Fleet::new(&desired, config, t0).unwrap();
+    fleet.handle_snapshot(&World::default().snapshot(), t0);
+    let calls = take_actions(&mut fleet, t0);
+    assert_eq!(calls.len(), 1);
+    fleet.handle_outcome(calls[0].0, Ok(()), t0);
+    let deadline = fleet.poll_timeout().unwrap();
+    let wait = deadline - t0;
+    assert!(wait >= 50 * 60 * S, "woken after {wait:?}");
+    assert!(step(&mut fleet, t0 + 49 * 60 * S).is_empty());
+}

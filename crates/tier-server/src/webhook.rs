@@ -32,8 +32,9 @@
 //! either reaches the cache both pass. This webhook reviews through a shared
 //! [`ReservationTable`]: a CREATE it admits holds its priority until the cache shows the Tier
 //! there or the TTL passes, and CREATE reviews are serialized on the table, so two creates at
-//! one priority through one tierd cannot both pass. UPDATE and DELETE reviews neither read nor
-//! change the table, so they do not take its lock. tierd's own successful writes (creates and
+//! one priority through one tierd cannot both pass. UPDATE and DELETE reviews add nothing to the
+//! table and read none of it; they only drop what the cache shows (a Tier created, then deleted
+//! or moved, releases its priority at once rather than at the TTL). tierd's own successful writes (creates and
 //! priority updates) go into the same table at once ([`ReservingWriter`]). The window that
 //! remains: with several webhook replicas, each has its own table, and two creates reviewed by
 //! *different* replicas within one cache-propagation delay (typically milliseconds to a second)
@@ -43,7 +44,8 @@
 //!
 //! Without client authentication anyone who reaches the port can send a review, claiming any
 //! user. So a review changes nothing a forger could use against anyone else (see
-//! [`Reservations`]): UPDATE and DELETE reviews change no state; a CREATE reserves only below the
+//! [`Reservations`]): UPDATE and DELETE reviews add or replace nothing (they drop only what the
+//! cache shows); a CREATE reserves only below the
 //! priority limit and never takes a desired Tier's priority ([`AdmissionPolicy::desire`]); names
 //! must be valid. Every cost is bounded: the body ([`MAX_REVIEW_BYTES`]), the decoded review (a
 //! typed struct of the fields the rules read, strings borrowed from the body), the response
@@ -312,6 +314,17 @@ impl ReservationTable {
             return table.clone().review(policy, request, existing, now);
         }
         table.review(policy, request, existing, now)
+    }
+
+    /// Drops the reservations that lapsed and those `tiers` (the cache) shows, without copying
+    /// the cache (see [`Reservations::settle`]). UPDATE and DELETE reviews call it: a Tier
+    /// created and then deleted or moved must not keep its priority reserved until the TTL.
+    fn settle(&self, tiers: &std::collections::BTreeMap<String, tier_core::ObservedTier>) {
+        let now = self.now();
+        let mut table = self.lock();
+        if !table.held().is_empty() {
+            table.settle(now, |name| tiers.get(name).map(|t| t.priority));
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Reservations> {
@@ -1066,8 +1079,9 @@ impl Webhook {
                     new_priority,
                     user: request.user(),
                 };
-                // UPDATE and DELETE reviews neither read nor change the reservations (see
-                // `Reservations`): Antrea's rules alone, without the table's lock.
+                // UPDATE and DELETE reviews add nothing to the reservations and read none (see
+                // `Reservations`); they only settle what the cache shows, before it may go.
+                self.reservations.settle(&tiers);
                 admission::review(&self.policy, &update, existing)
             }
             OperationIn::Delete | OperationIn::Connect => {
@@ -1076,6 +1090,7 @@ impl Webhook {
                     return Verdict::Deny(Refusal::not_synced(POLICIES_NOT_SYNCED));
                 };
                 let delete = Request::Delete { name, references };
+                self.reservations.settle(&tiers);
                 admission::review(&self.policy, &delete, existing)
             }
         };

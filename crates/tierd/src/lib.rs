@@ -1,4 +1,14 @@
-//! tierd assembled: one builder for the `tierd run` daemon and every controller that embeds it.
+//! tierd assembled: one builder for the `tierd run` daemon and every controller that embeds it,
+//! for Antrea's Tiers (the default) or Calico's.
+//!
+//! The assembly is written once, generic over the controller ([`Builder<C>`], [`Tierd<C>`],
+//! `C: `[`Backend`]): the Tier cache, the writer, the driver, Events, `/metrics` and readiness
+//! are the same for every controller; what only one has is its [`Backend`] implementation
+//! ([`antrea`]: the Tier webhook with the writer's reservations, the policy caches, the
+//! controller identity and the self-signed certificate; [`calico`]: the Tier API, and no
+//! webhook, since Calico protects its built-in Tiers itself). The tables below describe
+//! Antrea's assembly; Calico's has the rows without a webhook:
+//! `Tierd::builder(clients, DesiredSet::<Calico>::calico()).calico_api(api).start()`.
 //!
 //! [`Tierd::builder`] takes the two clients ([`Clients`]: the shared one with kube's retries,
 //! the writer's without) and the desired Tiers; [`Builder::start`] starts, and returns a

@@ -18,6 +18,17 @@
 //! tiers[3]: metadata.name: Required value: name is required
 //! ```
 //!
+//! Calico's Tiers (`tierd --controller calico`, [`parse_calico`]) use the same document with
+//! Calico's fields: `name`, `order` (a number, absent meaning last) and `defaultAction`
+//! (`Deny`, the default, or `Pass`); the built-in names must carry Calico's values.
+//!
+//! ```yaml
+//! tiers:
+//!   - name: security
+//!     order: 100
+//!     defaultAction: Pass
+//! ```
+//!
 //! Shape errors found while reading the document come first, then the rules of
 //! [`tier_core::DesiredSet`] over every well-formed entry (so one malformed entry hides no other
 //! problem). Nothing here talks to an API: `tierd` validates the file before it builds a
@@ -756,6 +767,49 @@ mod tests {
         assert_eq!(
             lines("tiers: 3"),
             ["tiers: Invalid value: 3: must be a list of Tiers, not an integer"]
+        );
+    }
+
+    fn calico_lines(text: &str) -> Vec<String> {
+        parse_calico(text, &calico::Rules::default())
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn parses_a_calico_file_with_optional_order_and_default_action() {
+        let set = parse_calico(
+            "tiers:\n  - {name: security, order: 100.5, defaultAction: Pass}\n  - name: last\n  - {name: kube-admin, order: 1000, defaultAction: Pass}\n",
+            &calico::Rules::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            set.tiers(),
+            [
+                calico::TierSpec::new("security", Some(100.5), DefaultAction::Pass),
+                calico::TierSpec::new("last", None, DefaultAction::Deny),
+                calico::TierSpec::new("kube-admin", Some(1000.0), DefaultAction::Pass),
+            ]
+        );
+    }
+
+    #[test]
+    fn reports_every_calico_problem_at_once_with_file_positions() {
+        assert_eq!(
+            calico_lines(
+                "tiers:\n  - {name: a, order: high}\n  - {name: b, defaultAction: Allow}\n  - {name: c, priority: 3}\n  - {name: Bad_Name}\n  - {name: default, order: 5}\n  - {name: d, order: .inf}\n  - {name: d}\n"
+            ),
+            [
+                "tiers[0] (a): spec.order: Invalid value: \"high\": must be a number, not a string",
+                "tiers[1] (b): spec.defaultAction: Unsupported value: \"Allow\": supported values: \"Deny\", \"Pass\"",
+                "tiers[2] (c): priority: Forbidden: unknown field; the fields are name, order and defaultAction",
+                "tiers[3] (Bad_Name): metadata.name: Invalid value: \"Bad_Name\": must be a lowercase RFC 1123 label: each label must start and end with a lowercase letter or a digit",
+                "tiers[4] (default): spec.order: Invalid value: 5: must be 1000000 for this built-in Tier",
+                "tiers[5] (d): spec.order: Invalid value: inf: must be a finite number",
+                "tiers[6] (d): metadata.name: Duplicate value: \"d\": already used by tiers[5]",
+            ]
         );
     }
 }

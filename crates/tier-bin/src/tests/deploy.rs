@@ -244,3 +244,49 @@ fn the_webhook_reaches_tierd_through_its_service() {
     );
     assert_eq!(strings(&hook["rules"][0]["resources"]), ["tiers"]);
 }
+
+/// The Calico shape's `tierd run` arguments: the `replace` of the Deployment's args in its
+/// kustomization patch.
+fn calico_args() -> Vec<String> {
+    let kustomization: Value =
+        serde_yaml::from_str(&deploy("overlays/calico/kustomization.yaml")).unwrap();
+    let patches = kustomization["patches"].as_sequence().unwrap();
+    patches
+        .iter()
+        .filter_map(|p| p["patch"].as_str())
+        .flat_map(|patch| serde_yaml::from_str::<Vec<Value>>(patch).unwrap())
+        .find(|op| {
+            op["op"].as_str() == Some("replace")
+                && op["path"].as_str() == Some("/spec/template/spec/containers/0/args")
+        })
+        .map(|op| {
+            strings(&op["value"])
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        })
+        .expect("the Calico overlay replaces tierd's args")
+}
+
+#[test]
+fn the_calico_shape_runs_a_valid_calico_command_line_without_a_webhook() {
+    use crate::controller::ControllerMode as _;
+
+    let args = calico_args();
+    let cli = Cli::try_parse_from(std::iter::once("tierd").chain(args.iter().map(String::as_str)))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let crate::cli::Command::Run(run) = cli.command else {
+        panic!("the Calico shape does not run `tierd run`");
+    };
+    assert_eq!(run.cluster.controller, crate::cli::ControllerKind::Calico);
+    // None of Antrea's webhook flags, which Calico mode refuses.
+    assert_eq!(
+        tier_core::calico::Calico::webhook_listen(&run).unwrap(),
+        None,
+        "{args:?}"
+    );
+    assert_eq!(
+        tier_core::calico::Calico::desired(&run.cluster).unwrap(),
+        tier_core::DesiredSet::<tier_core::calico::Calico>::calico()
+    );
+}

@@ -710,6 +710,36 @@ async fn forged_deletes_and_updates_do_not_erase_a_legitimate_reservation() {
 }
 
 #[tokio::test]
+async fn a_tier_created_then_deleted_releases_its_priority_at_once() {
+    let f = fixture(system_tiers()).await;
+    allowed(&f.server, &create("u1", "mine", 42)).await;
+    // The cache shows "mine" at 42; then it is deleted, and the cache stops showing it.
+    let mut with_mine: Vec<_> = system_tiers().tiers.unwrap().values().cloned().collect();
+    with_mine.push(tier_core::ObservedTier {
+        name: "mine".into(),
+        priority: 42,
+        description: String::new(),
+        resource_version: "9".into(),
+        last_writer: None,
+    });
+    f.lister.set(Snapshot::synced(4, with_mine));
+    allowed(&f.server, &delete("d1", "mine")).await;
+    f.lister.set(Snapshot::synced(
+        5,
+        system_tiers().tiers.unwrap().values().cloned(),
+    ));
+    // Long before the TTL, 42 is free again: the reservation was settled while shown.
+    f.advance(Duration::from_millis(5));
+    allowed(&f.server, &create("u2", "other", 42)).await;
+    assert!(
+        f.reservations.held().iter().all(|r| r.name != "mine"),
+        "{:?}",
+        f.reservations.held()
+    );
+    f.server.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn the_table_stays_bounded_under_100k_distinct_forged_names() {
     let f = fixture(Snapshot::synced(1, [])).await;
     let long = "x".repeat(300);
