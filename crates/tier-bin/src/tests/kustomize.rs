@@ -127,7 +127,17 @@ fn common_checks(docs: &[Value], namespace: &str) {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
         ];
-        if !cluster_scoped.contains(&kind) {
+        // Events about cluster-scoped Tiers are written in `default`: the Role that lets tierd
+        // write them must be there, whatever namespace tierd runs in.
+        let events_rbac = matches!(kind, "Role" | "RoleBinding")
+            && doc["metadata"]["name"].as_str() == Some("tierd-events");
+        if events_rbac {
+            assert_eq!(
+                doc["metadata"]["namespace"].as_str(),
+                Some("default"),
+                "{kind} tierd-events must stay where Events about Tiers are written"
+            );
+        } else if !cluster_scoped.contains(&kind) {
             assert_eq!(
                 doc["metadata"]["namespace"].as_str(),
                 Some(namespace),
@@ -442,8 +452,9 @@ fn namespace_and_image_are_the_usual_kustomize_knobs() {
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
              namespace: tierd-system\nresources:\n  - {}\nimages:\n  - name: tierd\n    \
-             newName: registry.example/tierd\n    newTag: v9\n",
-            relative(&dir, &deploy()).display()
+             newName: registry.example/tierd\n    newTag: v9\ntransformers:\n  - {}\n",
+            relative(&dir, &deploy()).display(),
+            relative(&dir, &deploy().join("transformers/events-in-default")).display()
         ),
     )
     .unwrap();
