@@ -5,8 +5,8 @@
 //! `NAME.NS.svc.cluster.local`) live in one Secret (type `kubernetes.io/tls`; keys `tls.crt`,
 //! `tls.key`, `ca.crt`, `ca.key`) in tierd's namespace. The install ships that Secret empty
 //! (`deploy/components/self-signed-cert/secret.yaml`): tierd only reads and updates it, it never
-//! creates Secrets. [`reconcile`] is one step, run at start (through [`settle`], which waits for
-//! a missing Secret) and then periodically by [`maintain`]:
+//! creates Secrets. [`reconcile`] is one step, run at start (tierd retries it on its start-up
+//! backoff until it succeeds) and then periodically by [`maintain`]:
 //!
 //! 1. **The Secret** ([`ensure_secret`]): empty (as shipped), a fresh CA and certificate are
 //!    written into it with an update on the resourceVersion read; that update is the lock: a
@@ -869,39 +869,6 @@ pub async fn reconcile(
         ca_bundle_updated,
         bundle,
     })
-}
-
-/// The first [`reconcile`], at start: while the Secret is missing
-/// ([`CertError::SecretMissing`]) it logs the error and tries again, waiting `retry` at first
-/// and doubling up to a minute, until the Secret appears or `shutdown` resolves (then `None`).
-///
-/// # Errors
-///
-/// Any other [`CertError`] of [`reconcile`] (RBAC, a bad webhook configuration name).
-pub async fn settle(
-    client: &Client,
-    config: &SelfSignedConfig,
-    cert: &Path,
-    key: &Path,
-    retry: Duration,
-    shutdown: impl Future<Output = ()>,
-) -> Result<Option<Reconciled>, CertError> {
-    const MAX_WAIT: Duration = Duration::from_secs(60);
-    let mut shutdown = std::pin::pin!(shutdown);
-    let mut wait = retry.min(MAX_WAIT);
-    loop {
-        match reconcile(client, config, cert, key, SystemTime::now()).await {
-            Err(error @ CertError::SecretMissing(_)) => {
-                tracing::error!(%error, retry_in = ?wait, "cannot serve the webhook yet");
-            }
-            other => return other.map(Some),
-        }
-        tokio::select! {
-            () = &mut shutdown => return Ok(None),
-            () = tokio::time::sleep(wait) => {}
-        }
-        wait = wait.saturating_mul(2).min(MAX_WAIT);
-    }
 }
 
 /// Runs [`reconcile`] every `interval` (the wall clock's `now`) until `shutdown` resolves,
