@@ -208,6 +208,76 @@ pub async fn run_calico(seed: u64, narrator: &Narrator) -> DemoOutcome<Calico> {
          Calico's own initializer creates missing built-ins but never corrects one. The API \
          will fail the first update of kube-baseline (503).\n\n"
     ));
+    play(
+        &cluster,
+        &desired,
+        seed,
+        narrator,
+        start,
+        CALICO_USER_TIER,
+        None,
+    )
+    .await
+}
+
+/// Runs Antrea's demo, narrating to `narrator`.
+pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
+    let cluster = messy_cluster();
+    let desired = DesiredSet::antrea();
+    narrator.raw("tierd demo: the real initializer against an in-memory cluster.\n\n");
+    narrator.raw("The cluster at the start, and what tierd has to do:\n");
+    let start = Snapshot::synced(0, cluster.tiers().into_values());
+    narrator.raw(&indent(&plan::render(&desired, &start)));
+    narrator.raw(&format!(
+        "\nAlso present: Tier {SQUATTER:?} at priority 150 (networkops' priority), which tierd \
+         must leave alone. The API will fail two creates of securityops (503) and one update of \
+         application (429, Retry-After 1s); an administrator deletes {SQUATTER:?} after {:.1}s.\n\n",
+        SQUATTER_REMOVED_AFTER.as_secs_f64()
+    ));
+
+    let admin = {
+        let (cluster, narrator) = (cluster.clone(), narrator.clone());
+        async move {
+            tokio::time::sleep(SQUATTER_REMOVED_AFTER).await;
+            narrator.line(format!("admin: deletes Tier {SQUATTER}"));
+            if let Err(e) = cluster.delete(SQUATTER) {
+                narrator.line(format!("admin: delete failed: {e}"));
+            }
+        }
+    };
+    play(
+        &cluster,
+        &desired,
+        seed,
+        narrator,
+        start,
+        SQUATTER,
+        Some(Box::pin(admin)),
+    )
+    .await
+}
+
+/// Someone else acting on the cluster while tierd runs (stopped when tierd stops).
+type Meanwhile = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Runs the real initializer for `desired` on `cluster` (every write narrated, with the event
+/// stream and every state change) until it converges or [`DEMO_LIMIT`], while `meanwhile`
+/// runs; then the final table and the numbers. `untouched` is the user's Tier tierd must leave
+/// alone, named in the last line.
+async fn play<C>(
+    cluster: &MemoryCluster<C>,
+    desired: &DesiredSet<C>,
+    seed: u64,
+    narrator: &Narrator,
+    start: Snapshot<C>,
+    untouched: &str,
+    meanwhile: Option<Meanwhile>,
+) -> DemoOutcome<C>
+where
+    C: plan::Planned + tier_memory::Backend,
+    MemoryCluster<C>: TierWriter<C>,
+    tier_memory::MemoryLister<C>: tier_core::TierLister<C>,
+{
     let writer = Narrated {
         inner: cluster.clone(),
         narrator: narrator.clone(),
@@ -239,6 +309,8 @@ pub async fn run_calico(seed: u64, narrator: &Narrator) -> DemoOutcome<Calico> {
     let started = Instant::now();
     let narrate_states = tokio::spawn(narrate_states(ensurer.status(), narrator.clone()));
     let narrate_events = tokio::spawn(narrate_events(events, narrator.clone()));
+    let meanwhile = meanwhile.map(tokio::spawn);
+
     let cancel = ensurer.cancellation();
     let stopped = match tokio::time::timeout(DEMO_LIMIT, ensurer.join()).await {
         Ok(stopped) => stopped,
@@ -248,103 +320,9 @@ pub async fn run_calico(seed: u64, narrator: &Narrator) -> DemoOutcome<Calico> {
         }
     };
     let elapsed = started.elapsed();
-    let _ = narrate_states.await;
-    let _ = narrate_events.await;
-    let calls = cluster.calls();
-    let writes = calls.count(Verb::Create) + calls.count(Verb::Update);
-    let failed_writes = calls.failed(Verb::Create) + calls.failed(Verb::Update);
-    let final_tiers = Snapshot::synced(cluster.revision(), cluster.tiers().into_values());
-    let converged = stopped == Stopped::Converged;
-    narrator.raw("\nThe cluster at the end:\n");
-    narrator.raw(&indent(&plan::render(&desired, &final_tiers)));
-    narrator.raw(&format!(
-        "\n{} in {:.2}s with {writes} API writes ({failed_writes} failed and were retried); \
-         {CALICO_USER_TIER:?} was never written.\n",
-        if converged {
-            "Converged"
-        } else {
-            "NOT converged"
-        },
-        elapsed.as_secs_f64(),
-    ));
-    DemoOutcome {
-        converged,
-        elapsed,
-        writes,
-        failed_writes,
-        final_tiers,
+    if let Some(meanwhile) = meanwhile {
+        meanwhile.abort();
     }
-}
-
-/// Runs Antrea's demo, narrating to `narrator`.
-pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
-    let cluster = messy_cluster();
-    let desired = DesiredSet::antrea();
-    narrator.raw("tierd demo: the real initializer against an in-memory cluster.\n\n");
-    narrator.raw("The cluster at the start, and what tierd has to do:\n");
-    let start = Snapshot::synced(0, cluster.tiers().into_values());
-    narrator.raw(&indent(&plan::render(&desired, &start)));
-    narrator.raw(&format!(
-        "\nAlso present: Tier {SQUATTER:?} at priority 150 (networkops' priority), which tierd \
-         must leave alone. The API will fail two creates of securityops (503) and one update of \
-         application (429, Retry-After 1s); an administrator deletes {SQUATTER:?} after {:.1}s.\n\n",
-        SQUATTER_REMOVED_AFTER.as_secs_f64()
-    ));
-
-    let writer = Narrated {
-        inner: cluster.clone(),
-        narrator: narrator.clone(),
-    };
-    let config = DriverConfig {
-        seed: Some(seed),
-        ..DriverConfig::default()
-    };
-    let spawned = tier_runtime::spawn_with_events(
-        cluster.lister(),
-        writer,
-        desired.clone(),
-        config,
-        Mode::Once,
-    );
-    let (ensurer, events) = match spawned {
-        Ok(spawned) => spawned,
-        Err(error) => {
-            narrator.raw(&format!("\nNOT started: {error}\n"));
-            return DemoOutcome {
-                converged: false,
-                elapsed: Duration::ZERO,
-                writes: 0,
-                failed_writes: 0,
-                final_tiers: start,
-            };
-        }
-    };
-    let started = Instant::now();
-    let status = ensurer.status();
-
-    let narrate_states = tokio::spawn(narrate_states(status.clone(), narrator.clone()));
-    let narrate_events = tokio::spawn(narrate_events(events, narrator.clone()));
-    let admin = {
-        let (cluster, narrator) = (cluster.clone(), narrator.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(SQUATTER_REMOVED_AFTER).await;
-            narrator.line(format!("admin: deletes Tier {SQUATTER}"));
-            if let Err(e) = cluster.delete(SQUATTER) {
-                narrator.line(format!("admin: delete failed: {e}"));
-            }
-        })
-    };
-
-    let cancel = ensurer.cancellation();
-    let stopped = match tokio::time::timeout(DEMO_LIMIT, ensurer.join()).await {
-        Ok(stopped) => stopped,
-        Err(_) => {
-            cancel.cancel();
-            Stopped::Cancelled
-        }
-    };
-    let elapsed = started.elapsed();
-    admin.abort();
     // The state narrator ends when the driver's status channel closes.
     let _ = narrate_states.await;
     let _ = narrate_events.await;
@@ -356,10 +334,10 @@ pub async fn run(seed: u64, narrator: &Narrator) -> DemoOutcome {
     let converged = stopped == Stopped::Converged;
 
     narrator.raw("\nThe cluster at the end:\n");
-    narrator.raw(&indent(&plan::render(&desired, &final_tiers)));
+    narrator.raw(&indent(&plan::render(desired, &final_tiers)));
     narrator.raw(&format!(
         "\n{} in {:.2}s with {writes} API writes ({failed_writes} failed and were retried); \
-         {SQUATTER:?} was never written.\n",
+         {untouched:?} was never written.\n",
         if converged {
             "Converged"
         } else {
