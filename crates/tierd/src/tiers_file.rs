@@ -316,7 +316,14 @@ fn from_violation(violation: &Violation, positions: &[usize]) -> Problem {
     }
 }
 
-fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Option<TierSpec> {
+/// Entry `index` as a mapping and the name it gives (empty when none), or `None` after pushing
+/// the problem "each Tier must be a mapping with `fields`".
+fn entry_mapping<'a>(
+    index: usize,
+    entry: &'a Value,
+    fields: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<(&'a serde_yaml::Mapping, String)> {
     let Some(map) = entry.as_mapping() else {
         problems.push(Problem {
             field: String::new(),
@@ -325,7 +332,7 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
                 ErrorType::Invalid,
                 render(entry),
                 &format!(
-                    "each Tier must be a mapping with name, priority and description, not {}",
+                    "each Tier must be a mapping with {fields}, not {}",
                     kind_of(entry)
                 ),
             )
@@ -336,6 +343,11 @@ fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Optio
         Some(Value::String(name)) => name.clone(),
         _ => String::new(),
     };
+    Some((map, tier))
+}
+
+fn read_entry(index: usize, entry: &Value, problems: &mut Vec<Problem>) -> Option<TierSpec> {
+    let (map, tier) = entry_mapping(index, entry, "name, priority and description", problems)?;
     let before = problems.len();
     let mut push = |field: &str, kind, value, detail: &str| {
         problems.push(Problem {
@@ -425,25 +437,7 @@ fn read_calico_entry(
     entry: &Value,
     problems: &mut Vec<Problem>,
 ) -> Option<calico::TierSpec> {
-    let Some(map) = entry.as_mapping() else {
-        problems.push(Problem {
-            field: String::new(),
-            ..problem(
-                Some(index),
-                ErrorType::Invalid,
-                render(entry),
-                &format!(
-                    "each Tier must be a mapping with name, order and defaultAction, not {}",
-                    kind_of(entry)
-                ),
-            )
-        });
-        return None;
-    };
-    let tier = match map.get("name") {
-        Some(Value::String(name)) => name.clone(),
-        _ => String::new(),
-    };
+    let (map, tier) = entry_mapping(index, entry, "name, order and defaultAction", problems)?;
     let before = problems.len();
     let mut push = |field: &str, kind, value, detail: &str| {
         problems.push(Problem {
