@@ -53,6 +53,13 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "TIERD_LOG_FORMAT")]
     pub log_format: LogFormat,
 
+    /// Threads that run tierd's tasks (the webhook's connections, the controller, the watches),
+    /// instead of tokio's one per CPU of the node. One serves tens of thousands of reviews a
+    /// second (docs/PERFORMANCE.md, 4b); the second keeps reviews moving while a TLS handshake
+    /// (a millisecond or more with an RSA key) holds the first.
+    #[arg(long, global = true, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64), env = "TIERD_WORKER_THREADS")]
+    pub worker_threads: u16,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -529,6 +536,19 @@ mod tests {
         assert_eq!(args.cluster.call_timeout, Duration::from_secs(10));
         assert!(Cli::try_parse_from(["tierd", "run", "--in-cluster", "--context", "x"]).is_err());
         assert!(Cli::try_parse_from(["tierd", "run", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    #[test]
+    fn worker_threads_default_to_two_and_stay_within_bounds() {
+        let cli = Cli::try_parse_from(["tierd", "plan"]).unwrap();
+        assert_eq!(cli.worker_threads, 2);
+        let cli = Cli::try_parse_from(["tierd", "run", "--worker-threads", "4"]).unwrap();
+        assert_eq!(cli.worker_threads, 4);
+        // tokio refuses a runtime without workers by panicking: clap refuses 0 first (exit 2).
+        for bad in ["0", "65", "-1", "many"] {
+            let err = Cli::try_parse_from(["tierd", "run", "--worker-threads", bad]).unwrap_err();
+            assert_eq!(err.exit_code(), i32::from(exit::USAGE), "{bad}: {err}");
+        }
     }
 
     #[test]

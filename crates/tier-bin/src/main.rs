@@ -43,6 +43,7 @@ macro_rules! for_controller {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(cli.worker_threads))
         .enable_all()
         .build()
     {

@@ -5,15 +5,17 @@
 //! `reflector` that keeps a [`Store<T>`]. A task, spawned by [`KubeLister::start`] and
 //! aborted when the last clone of the lister is dropped, polls that stream and, after every
 //! applied event (`Apply`, `Delete`, `InitDone`) that changed what the core can observe, bumps a
-//! generation counter published on a `tokio::sync::watch` channel.
+//! generation counter and publishes it, with that view of the store, on a `tokio::sync::watch`
+//! channel.
 //!
 //! # Guarantees
 //!
 //! - "Synced" means the first complete list (the moment `Store::wait_until_ready` resolves):
 //!   generation 0 means not synced, and the first `InitDone` always raises it to 1.
-//! - The generation is bumped only after the store holds the change, and
-//!   [`snapshot`](TierLister::snapshot) reads the generation first and the store second, so a
-//!   snapshot is never older than its generation.
+//! - The generation is bumped only after the store holds the change, and together with the
+//!   view of the store it was bumped for: a [`snapshot`](TierLister::snapshot) is exactly the
+//!   view of its generation. A snapshot therefore costs a reference count, not a walk of the
+//!   store (the webhook takes one per review); the view is built once per change.
 //! - Bookmarks and events that change nothing observable (a relist that finds the same Tiers at
 //!   the same resourceVersions) do not bump it.
 //!
@@ -105,7 +107,7 @@ impl<T: KubeTier> std::fmt::Debug for KubeLister<T> {
         f.debug_struct("KubeLister")
             .field("resource", &self.inner.resource)
             .field("cached", &self.inner.store.state().len())
-            .field("generation", &*self.inner.generation.borrow())
+            .field("generation", &self.generation())
             .finish_non_exhaustive()
     }
 }
@@ -113,7 +115,7 @@ impl<T: KubeTier> std::fmt::Debug for KubeLister<T> {
 struct Inner<T: KubeTier> {
     store: Store<T>,
     resource: T::DynamicType,
-    generation: watch::Receiver<Generation>,
+    published: watch::Receiver<Published<T>>,
     stats: Arc<Mutex<WatchStats>>,
     /// The task polling the reflector stream, when the lister owns it.
     task: Option<JoinHandle<()>>,
@@ -133,15 +135,21 @@ impl<T: KubeTier> Drop for Inner<T> {
 pub struct ListerFeed<T: KubeTier = Tier> {
     store: Store<T>,
     hints: ResourceHints,
-    generation: watch::Sender<Generation>,
+    published: watch::Sender<Published<T>>,
     stats: Arc<Mutex<WatchStats>>,
-    published: Option<BTreeMap<String, Observed<T>>>,
+}
+
+/// What the feed last published: the generation and, from the first complete list, the view
+/// of the store it was bumped for.
+struct Published<T: KubeTier> {
+    generation: Generation,
+    tiers: Option<Arc<BTreeMap<String, Observed<T>>>>,
 }
 
 impl<T: KubeTier> std::fmt::Debug for ListerFeed<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ListerFeed")
-            .field("published", &self.published.as_ref().map(BTreeMap::len))
+            .field("generation", &self.published.borrow().generation)
             .finish_non_exhaustive()
     }
 }
@@ -165,10 +173,12 @@ impl<T: KubeTier> ListerFeed<T> {
                     return;
                 }
                 let now = observed(&self.store);
-                if self.published.as_ref() != Some(&now) {
+                if self.published.borrow().tiers.as_deref() != Some(&now) {
                     tracing::debug!(tiers = now.len(), %event, "observed Tier set changed");
-                    self.published = Some(now);
-                    self.generation.send_modify(|g| *g += 1);
+                    self.published.send_modify(|published| {
+                        published.generation += 1;
+                        published.tiers = Some(Arc::new(now));
+                    });
                 }
             }
             Err(error) => {
@@ -269,20 +279,22 @@ impl<T: KubeTier> KubeLister<T> {
     /// [`shared`](KubeLister::shared) for `resource` (see
     /// [`from_reflector_with`](Self::from_reflector_with)).
     pub fn shared_with(resource: T::DynamicType, store: Store<T>) -> (Self, ListerFeed<T>) {
-        let (generation_tx, generation) = watch::channel(0);
+        let (published_tx, published) = watch::channel(Published {
+            generation: 0,
+            tiers: None,
+        });
         let stats = Arc::new(Mutex::new(WatchStats::default()));
         let feed = ListerFeed {
             store: store.clone(),
             hints: T::hints(&resource),
-            generation: generation_tx,
+            published: published_tx,
             stats: stats.clone(),
-            published: None,
         };
         let lister = Self {
             inner: Arc::new(Inner {
                 store,
                 resource,
-                generation,
+                published,
                 stats,
                 task: None,
             }),
@@ -309,7 +321,7 @@ impl<T: KubeTier> KubeLister<T> {
 
     /// The current generation: 0 until the first complete list.
     pub fn generation(&self) -> Generation {
-        *self.inner.generation.borrow()
+        self.inner.published.borrow().generation
     }
 
     /// Counts and the last error of the watch, for metrics.
@@ -324,21 +336,11 @@ impl<T: KubeTier> KubeLister<T> {
 
     /// Resolves once the generation is greater than `seen`; never if the watch task is gone.
     async fn next(&self, seen: Generation) {
-        let mut generation = self.inner.generation.clone();
-        if generation.wait_for(|g| *g > seen).await.is_err() {
+        let mut published = self.inner.published.clone();
+        if published.wait_for(|p| p.generation > seen).await.is_err() {
             // The task ended (it never does while the lister lives): nothing will change.
             std::future::pending::<()>().await;
         }
-    }
-
-    /// The generation and, once synced, every cached Tier as the core sees it (generation
-    /// read first).
-    fn view(&self) -> (Generation, Option<BTreeMap<String, Observed<T>>>) {
-        let generation = self.generation();
-        if generation == 0 {
-            return (0, None);
-        }
-        (generation, Some(observed(&self.inner.store)))
     }
 }
 
@@ -349,13 +351,16 @@ impl<T: KubeTier> TierLister<T::Controller> for KubeLister<T> {
         self.synced().await;
     }
 
+    /// The view the feed published with its generation: a reference count, not a walk of the
+    /// store.
     fn snapshot(&self) -> Snapshot<T::Controller> {
-        match self.view() {
-            (generation, Some(tiers)) => Snapshot {
-                generation,
-                tiers: Some(Arc::new(tiers)),
+        let published = self.inner.published.borrow();
+        match &published.tiers {
+            Some(tiers) => Snapshot {
+                generation: published.generation,
+                tiers: Some(Arc::clone(tiers)),
             },
-            (_, None) => Snapshot::default(),
+            None => Snapshot::default(),
         }
     }
 
@@ -490,6 +495,30 @@ mod tests {
         let snapshot = lister.snapshot();
         assert!(snapshot.is_synced());
         assert_eq!(snapshot.tiers.unwrap().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn snapshots_of_one_generation_share_one_view_built_once() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitApply(tier("a", 1, "2")));
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+        let (first, second) = (lister.snapshot(), lister.snapshot());
+        let (Some(first_view), Some(second_view)) = (&first.tiers, &second.tiers) else {
+            panic!("synced snapshots without Tiers: {first:?}");
+        };
+        // The webhook takes a snapshot per review: a reference count, not a copy of the store.
+        assert!(Arc::ptr_eq(first_view, second_view));
+        assert_eq!(first.observe("a").resource_version(), Some("2"));
+
+        send(&feed, watcher::Event::Apply(tier("a", 5, "3")));
+        settle(&lister, 2).await;
+        let third = lister.snapshot();
+        assert_eq!(third.generation, 2);
+        assert_eq!(third.observe("a").resource_version(), Some("3"));
+        // The old view is still the old generation's, whoever holds it.
+        assert_eq!(first.observe("a").resource_version(), Some("2"));
     }
 
     #[tokio::test]

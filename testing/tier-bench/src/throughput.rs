@@ -1,7 +1,8 @@
-//! Webhook throughput against its limit: tier-server's webhook and a minimal static responder
-//! on the same stack (tokio, hyper's HTTP/1.1 server, rustls with the same certificate
-//! configuration) answering a fixed AdmissionReview response, measured side by side with the
-//! same load client, for a CREATE and an UPDATE review.
+//! Webhook throughput against its limit: tier-server's webhook, the `tierd run` binary's
+//! webhook (its own process, against a test API server, with its default flags) and a minimal
+//! static responder on the same stack (tokio, hyper's HTTP/1.1 server, rustls with the same
+//! certificate configuration) answering a fixed AdmissionReview response, measured side by
+//! side with the same load client, for a CREATE and an UPDATE review.
 //!
 //! The load client is `wrk` (16 connections, 2 threads, its own process) when it is installed,
 //! else an in-process hyper client over 16 keep-alive TLS connections (so CI without wrk still
@@ -35,8 +36,9 @@ use crate::quantile;
 /// Connections of the load client.
 const CONNECTIONS: usize = 16;
 
-/// One measurement: reviews per second, latency quantiles in µs, and the CPU time this process
-/// (the servers; wrk is another process) spent per review, in µs.
+/// One measurement: reviews per second, latency quantiles in µs, and the CPU time the serving
+/// process (this one for the in-process servers, tierd's for the binary; wrk is another
+/// process) spent per review, in µs.
 #[derive(Clone, Copy, Debug, Default)]
 struct Measured {
     rate: f64,
@@ -48,10 +50,14 @@ struct Measured {
     system_per_review: Option<f64>,
 }
 
-/// CPU time (user and system, and system alone) of this process so far, in µs, from
-/// `/proc/self/stat` (`None` where there is no such file).
-fn process_cpu_us(ticks_per_second: f64) -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// CPU time (user and system, and system alone) of process `pid` (this one for `None`) so
+/// far, in µs, from `/proc/<pid>/stat` (`None` where there is no such file).
+fn process_cpu_us(pid: Option<u32>, ticks_per_second: f64) -> Option<(f64, f64)> {
+    let path = pid.map_or_else(
+        || "/proc/self/stat".to_owned(),
+        |p| format!("/proc/{p}/stat"),
+    );
+    let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name (which is in parentheses and may hold spaces): state is
     // field 3, utime 14, stime 15.
     let rest = stat.rsplit_once(')')?.1;
@@ -233,7 +239,8 @@ fn wrk_duration(text: &str) -> Option<f64> {
     })
 }
 
-fn wrk(addr: SocketAddr, body: &str, seconds: u64, ticks: f64) -> Measured {
+/// wrk against `addr`, with the CPU time of the process serving it (`pid`, this one for `None`).
+fn wrk(addr: SocketAddr, pid: Option<u32>, body: &str, seconds: u64, ticks: f64) -> Measured {
     let body_file = TempFile::with("review", "json", body);
     let script = TempFile::with(
         "post",
@@ -244,7 +251,7 @@ fn wrk(addr: SocketAddr, body: &str, seconds: u64, ticks: f64) -> Measured {
             body_file.0.display()
         ),
     );
-    let cpu_before = process_cpu_us(ticks);
+    let cpu_before = process_cpu_us(pid, ticks);
     let output = Command::new("wrk")
         .args(["-t2", &format!("-c{CONNECTIONS}"), &format!("-d{seconds}s")])
         .arg("--latency")
@@ -254,7 +261,7 @@ fn wrk(addr: SocketAddr, body: &str, seconds: u64, ticks: f64) -> Measured {
         .output()
         .unwrap();
     let cpu = cpu_before
-        .zip(process_cpu_us(ticks))
+        .zip(process_cpu_us(pid, ticks))
         .map(|(a, b)| (b.0 - a.0, b.1 - a.1));
     let text = String::from_utf8_lossy(&output.stdout);
     let mut measured = Measured::default();
@@ -337,13 +344,14 @@ async fn in_process(addr: SocketAddr, tls: &Tls, body: &str, requests: usize) ->
 }
 
 /// The servers measured, in table order; the reference first.
-const SERVERS: [&str; 3] = [
+const SERVERS: [&str; 4] = [
     "reference",
     "tier-server `Server`, static axum route",
     "tier-server webhook",
+    "`tierd run` (the binary, default flags)",
 ];
 
-/// Table 4b; see the [module docs](self). `rounds` rounds per review, each measuring the three
+/// Table 4b; see the [module docs](self). `rounds` rounds per review, each measuring the four
 /// servers one after another, the order rotated every round (so that none is always measured
 /// first or last), after one untimed warm-up round. Shown per server: the median over rounds of
 /// the rate, p50, p99 and CPU per review, and the median (with the lowest and highest) over
@@ -354,7 +362,13 @@ pub async fn throughput(requests: usize, seconds: u64, rounds: usize) {
     let (webhook, _stop_webhook) = webhook_server(&tls, false).await;
     let (static_route, _stop_static) = webhook_server(&tls, true).await;
     let (reference, _stop_reference) = reference_server(&tls).await;
-    let addrs = [reference, static_route, webhook];
+    // The daemon as users run it: its own process, its own runtime (`--worker-threads`), the
+    // Tier cache from a test API server's watch, logs at info.
+    let cluster = tier_tests::Cluster::antrea().await;
+    let tierd = tier_tests::Tierd::run(&cluster, Some(&tls), &[]).await;
+    tierd.until_ok("/readyz").await;
+    let addrs = [reference, static_route, webhook, tierd.addr];
+    let pids = [None, None, None, Some(tierd.pid())];
     let wrk = wrk_installed();
     let ticks = clock_ticks();
     let client = if wrk {
@@ -369,11 +383,11 @@ pub async fn throughput(requests: usize, seconds: u64, rounds: usize) {
         "4b. Webhook throughput against a static TLS responder on the same stack ({client}, \
          {rounds} rounds, the order rotated each round; medians over rounds)\n"
     );
-    let measure = |addr: SocketAddr, body: String, seconds: u64| {
-        let tls = &tls;
+    let measure = |i: usize, body: String, seconds: u64| {
+        let (tls, addr, pid) = (&tls, addrs[i], pids[i]);
         async move {
             if wrk {
-                tokio::task::spawn_blocking(move || self::wrk(addr, &body, seconds, ticks))
+                tokio::task::spawn_blocking(move || self::wrk(addr, pid, &body, seconds, ticks))
                     .await
                     .unwrap()
             } else {
@@ -387,30 +401,33 @@ pub async fn throughput(requests: usize, seconds: u64, rounds: usize) {
     for operation in ["CREATE", "UPDATE"] {
         let body = review(operation).to_string();
         if wrk {
-            for addr in addrs {
-                measure(addr, body.clone(), 1).await;
+            for i in 0..addrs.len() {
+                measure(i, body.clone(), 1).await;
             }
         }
-        let mut results: [Vec<Measured>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        let mut results: [Vec<Measured>; 4] = Default::default();
         for round in 0..rounds {
-            let order: Vec<usize> = (0..3).map(|i| (i + round) % 3).collect();
-            let mut measured = [Measured::default(); 3];
+            let order: Vec<usize> = (0..4).map(|i| (i + round) % 4).collect();
+            let mut measured = [Measured::default(); 4];
             for &i in &order {
-                measured[i] = measure(addrs[i], body.clone(), seconds).await;
+                measured[i] = measure(i, body.clone(), seconds).await;
             }
             let pct = |i: usize| 100.0 * measured[i].rate / measured[0].rate.max(f64::EPSILON);
             per_round.push(format!(
-                "| {operation} | {} | {} | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.0} % | **{:.0} %** |",
+                "| {operation} | {} | {} | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.0} ({:.0}) | {:.0} % | **{:.0} %** | **{:.0} %** |",
                 round + 1,
-                order.iter().map(|i| ["ref", "static", "webhook"][*i]).collect::<Vec<_>>().join(", "),
+                order.iter().map(|i| ["ref", "static", "webhook", "tierd"][*i]).collect::<Vec<_>>().join(", "),
                 measured[0].rate,
                 measured[0].p99,
                 measured[1].rate,
                 measured[1].p99,
                 measured[2].rate,
                 measured[2].p99,
+                measured[3].rate,
+                measured[3].p99,
                 pct(1),
                 pct(2),
+                pct(3),
             ));
             for (i, m) in measured.into_iter().enumerate() {
                 results[i].push(m);
@@ -464,9 +481,9 @@ pub async fn throughput(requests: usize, seconds: u64, rounds: usize) {
     }
     println!("\nEvery round: reviews/s (p99 µs), and % of the reference in that round:\n");
     println!(
-        "| review | round | order | reference | static route | webhook | static % | webhook % |"
+        "| review | round | order | reference | static route | webhook | tierd | static % | webhook % | tierd % |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for line in per_round {
         println!("{line}");
     }
