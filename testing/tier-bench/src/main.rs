@@ -20,6 +20,7 @@
 mod attacks;
 mod hostile;
 mod memory;
+mod open_loop;
 mod startup;
 mod strategy;
 mod throughput;
@@ -49,15 +50,41 @@ struct Cli {
     /// Rounds of the throughput section (each measures every server once, in rotated order).
     #[arg(long, default_value_t = 7)]
     throughput_rounds: usize,
-    /// Only these sections (startup, requests, unblock, webhook, throughput, rss, hostile);
+    /// Only these sections (startup, requests, unblock, webhook, throughput, latency, rss,
+    /// hostile);
     /// default all. `handler` (never part of all) times the webhook's handler alone, for a
     /// profiler.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Rates (reviews/s) of the latency section's fixed-rate client.
+    #[arg(long, value_delimiter = ',', default_value = "10000,20000,30000")]
+    latency_rates: Vec<u32>,
+    /// Internal: be the latency section's fixed-rate client against this address, print one
+    /// line and exit.
+    #[arg(long, hide = true)]
+    open_loop: Option<std::net::SocketAddr>,
+    /// Internal: the client's rate, reviews/s.
+    #[arg(long, hide = true, default_value_t = 10_000)]
+    open_loop_rate: u32,
+    /// Internal: the client's duration, s.
+    #[arg(long, hide = true, default_value_t = 2)]
+    open_loop_seconds: u64,
+    /// Internal: the review the client sends.
+    #[arg(long, hide = true)]
+    open_loop_body: Option<std::path::PathBuf>,
+    /// Internal: the CA the client trusts.
+    #[arg(long, hide = true)]
+    open_loop_ca: Option<std::path::PathBuf>,
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let (Some(addr), Some(body), Some(ca)) =
+        (cli.open_loop, &cli.open_loop_body, &cli.open_loop_ca)
+    {
+        open_loop::client(addr, cli.open_loop_rate, cli.open_loop_seconds, body, ca);
+        return;
+    }
     let want = |s: &str| cli.only.is_empty() || cli.only.iter().any(|o| o == s);
     println!(
         "tier-bench on {} core(s)\n",
@@ -88,6 +115,16 @@ fn main() {
             (cli.throughput_rounds, cli.throughput_seconds)
         };
         rt.block_on(throughput::throughput(cli.requests, seconds, rounds));
+    }
+    if want("latency") {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        // A debug build is CI's smoke run: one short round at a low rate.
+        let (rates, seconds, rounds) = if cfg!(debug_assertions) {
+            (vec![500], 1, 1)
+        } else {
+            (cli.latency_rates.clone(), 3, 5)
+        };
+        rt.block_on(open_loop::latency(&rates, seconds, rounds));
     }
     if want("handler") {
         // Only on request: a loop of the handler alone, to run under `valgrind --tool=callgrind`.

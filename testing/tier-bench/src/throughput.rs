@@ -80,7 +80,7 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
-fn review(operation: &str) -> Value {
+pub fn review(operation: &str) -> Value {
     let (name, priority) = match operation {
         "CREATE" => ("user-tier", 120),
         _ => ("baseline", 253),
@@ -176,7 +176,7 @@ async fn webhook_server(
 
 /// The reference: accept, TLS (the same rustls configuration), hyper HTTP/1.1, read the body,
 /// answer [`ALLOWED`].
-async fn reference_server(tls: &Tls) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+pub async fn reference_server(tls: &Tls) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
     let reloader = CertReloader::load(CertFiles::new(&tls.cert.0, &tls.key.0))
         .await
         .unwrap();
