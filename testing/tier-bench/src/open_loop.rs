@@ -204,8 +204,8 @@ pub async fn latency(rates: &[u32], seconds: u64, rounds: usize) {
     let ca: PathBuf = tls.cert.0.clone();
     println!(
         "4c. Latency below saturation: CREATE reviews at a fixed rate, open loop ({CONNECTIONS} \
-         keep-alive TLS connections, latency from when each review was due, {seconds} s per \
-         round, {rounds} rounds, medians over rounds)\n"
+         keep-alive TLS connections, latency from when each review was due, or was sent if its \
+         connection was idle; {seconds} s per round, {rounds} rounds, medians over rounds)\n"
     );
     println!(
         "| rate (reviews/s) | server | sent | failed | p50 (µs) | p99 (µs) | p99.9 (µs) | max (µs) |"
