@@ -233,6 +233,20 @@ impl Finished {
     }
 }
 
+/// A TLS client configuration that trusts the certificates in `ca_pem` alone (ring, TLS 1.2 and
+/// 1.3), e.g. a [`Tls`]'s certificate read back from its file by another process.
+pub fn client_config_trusting(ca_pem: &[u8]) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca_pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
 /// TLS material for tierd's server: a self-signed certificate for 127.0.0.1.
 pub struct Tls {
     /// The certificate file.
@@ -246,17 +260,7 @@ pub struct Tls {
 impl Tls {
     /// A TLS client configuration that trusts this certificate alone (ring, TLS 1.2 and 1.3).
     pub fn client_config(&self) -> rustls::ClientConfig {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(self.ca_pem.as_bytes()) {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth()
+        client_config_trusting(self.ca_pem.as_bytes())
     }
 
     /// A fresh certificate for `127.0.0.1` and `localhost`.

@@ -45,18 +45,7 @@ struct Latency {
 /// line `sent failed p50 p99 p999 max` (µs).
 pub fn client(addr: SocketAddr, rate: u32, seconds: u64, body: &Path, ca: &Path) {
     let body = Bytes::from(std::fs::read(body).unwrap());
-    let ca = std::fs::read(ca).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = tier_tests::client_config_trusting(&std::fs::read(ca).unwrap());
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
