@@ -6,9 +6,9 @@
 //! schedule, one review in flight at a time (HTTP/1.1). A review that had to wait behind the
 //! previous one's answer counts from the moment it was *due*, not from when it was sent: a server
 //! that stalls a connection is charged for every review that waited behind the stall (no
-//! coordinated omission, as in wrk2). A review sent on an idle connection counts from when it was
-//! sent, so the client's own timer (tokio's, of millisecond resolution) is not charged to the
-//! server. This is what kube-apiserver sees of a webhook that is not overloaded; 4b's wrk
+//! coordinated omission, as in wrk2). What the client's own timer (tokio's, of millisecond
+//! resolution) adds is not charged: a review sent late on an idle connection counts from when it
+//! was sent, and the reviews queued behind it only for the wait the server caused. This is what kube-apiserver sees of a webhook that is not overloaded; 4b's wrk
 //! measures saturation.
 
 use std::net::SocketAddr;
@@ -85,7 +85,8 @@ pub fn client(addr: SocketAddr, rate: u32, seconds: u64, body: &Path, ca: &Path)
 }
 
 /// One connection's schedule: a review due every `interval` from `first` until `end`; the
-/// latencies (µs, from when each was due) and the count of failed reviews.
+/// latencies (µs, from when each was due, less the delay the client's timer caused; see the
+/// [module docs](self)) and the count of failed reviews.
 async fn connection(
     addr: SocketAddr,
     connector: tokio_rustls::TlsConnector,
@@ -105,14 +106,17 @@ async fn connection(
     let (mut latencies, mut failed) = (Vec::new(), 0);
     let mut due = first;
     let mut done = Instant::now();
+    // How late the client itself made the review in flight: its timer's delay on an idle
+    // connection, carried to the reviews queued behind it (at most the wait they had).
+    let mut own_delay = Duration::ZERO;
     while due < end {
-        // Late because of the previous answer: charged from `due`. Otherwise from the send.
-        let start = if done > due {
-            due
+        own_delay = if done > due {
+            own_delay.min(done - due)
         } else {
             tokio::time::sleep_until(due).await;
-            Instant::now()
+            Instant::now().saturating_duration_since(due)
         };
+        let start = due + own_delay;
         let request = hyper::Request::post("/validate/tier")
             .header("host", "localhost")
             .header("content-type", "application/json")
