@@ -8,8 +8,10 @@
 //! that stalls a connection is charged for every review that waited behind the stall (no
 //! coordinated omission, as in wrk2). What the client's own timer (tokio's, of millisecond
 //! resolution) adds is not charged: a review sent late on an idle connection counts from when it
-//! was sent, and the reviews queued behind it only for the wait the server caused. This is what kube-apiserver sees of a webhook that is not overloaded; 4b's wrk
-//! measures saturation.
+//! was sent, and the reviews queued behind it only for the wait the server caused. This is
+//! what kube-apiserver sees of a webhook that is not overloaded; 4b's wrk measures saturation.
+//! Both review kinds are measured: a CREATE goes through the reservation table, an UPDATE
+//! through Antrea's rules alone.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -181,56 +183,60 @@ fn measure(addr: SocketAddr, rate: u32, seconds: u64, body: &Path, ca: &Path) ->
     }
 }
 
-/// Table 4c; see the [module docs](self): for each rate, `rounds` rounds of the reference and
-/// `tierd run` (alternating which goes first), medians over rounds.
+/// Table 4c; see the [module docs](self): for each review (CREATE, UPDATE) and rate, `rounds`
+/// rounds of the reference and `tierd run` (alternating which goes first), medians over rounds.
 pub async fn latency(rates: &[u32], seconds: u64, rounds: usize) {
     let tls = Tls::new();
     let (reference, _stop) = crate::throughput::reference_server(&tls).await;
     let cluster = tier_tests::Cluster::antrea().await;
     let tierd = tier_tests::Tierd::run(&cluster, Some(&tls), &[]).await;
     tierd.until_ok("/readyz").await;
-    let body = TempFile::with(
-        "review",
-        "json",
-        &crate::throughput::review("CREATE").to_string(),
-    );
     let ca: PathBuf = tls.cert.0.clone();
     println!(
-        "4c. Latency below saturation: CREATE reviews at a fixed rate, open loop ({CONNECTIONS} \
-         keep-alive TLS connections, latency from when each review was due, or was sent if its \
-         connection was idle; {seconds} s per round, {rounds} rounds, medians over rounds)\n"
+        "4c. Latency below saturation: CREATE and UPDATE reviews at a fixed rate, open loop \
+         ({CONNECTIONS} keep-alive TLS connections, latency from when each review was due, or \
+         was sent if its connection was idle; {seconds} s per round, {rounds} rounds, medians \
+         over rounds)\n"
     );
     println!(
-        "| rate (reviews/s) | server | sent | failed | p50 (µs) | p99 (µs) | p99.9 (µs) | max (µs) |"
+        "| review | rate (reviews/s) | server | sent | failed | p50 (µs) | p99 (µs) | p99.9 (µs) | max (µs) |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let servers = [("reference", reference), ("`tierd run`", tierd.addr)];
-    for &rate in rates {
-        let mut results: [Vec<Latency>; 2] = Default::default();
-        for round in 0..rounds.max(1) {
-            for k in 0..2 {
-                let i = (k + round) % 2;
-                let (addr, body, ca) = (servers[i].1, body.0.clone(), ca.clone());
-                let measured =
-                    tokio::task::spawn_blocking(move || measure(addr, rate, seconds, &body, &ca))
-                        .await
-                        .unwrap();
-                results[i].push(measured);
+    for operation in ["CREATE", "UPDATE"] {
+        let body = TempFile::with(
+            "review",
+            "json",
+            &crate::throughput::review(operation).to_string(),
+        );
+        for &rate in rates {
+            let mut results: [Vec<Latency>; 2] = Default::default();
+            for round in 0..rounds.max(1) {
+                for k in 0..2 {
+                    let i = (k + round) % 2;
+                    let (addr, body, ca) = (servers[i].1, body.0.clone(), ca.clone());
+                    let measured = tokio::task::spawn_blocking(move || {
+                        measure(addr, rate, seconds, &body, &ca)
+                    })
+                    .await
+                    .unwrap();
+                    results[i].push(measured);
+                }
             }
-        }
-        for (i, (name, _)) in servers.iter().enumerate() {
-            let of = |f: fn(&Latency) -> f64| {
-                crate::median(&mut results[i].iter().map(f).collect::<Vec<_>>())
-            };
-            println!(
-                "| {rate} | {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
-                of(|l| l.sent as f64),
-                of(|l| l.failed as f64),
-                of(|l| l.p50),
-                of(|l| l.p99),
-                of(|l| l.p999),
-                of(|l| l.max),
-            );
+            for (i, (name, _)) in servers.iter().enumerate() {
+                let of = |f: fn(&Latency) -> f64| {
+                    crate::median(&mut results[i].iter().map(f).collect::<Vec<_>>())
+                };
+                println!(
+                    "| {operation} | {rate} | {name} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                    of(|l| l.sent as f64),
+                    of(|l| l.failed as f64),
+                    of(|l| l.p50),
+                    of(|l| l.p99),
+                    of(|l| l.p999),
+                    of(|l| l.max),
+                );
+            }
         }
     }
     println!();
