@@ -2,3 +2,4 @@
 
 mod deploy;
 mod kustomize;
+mod policy;
