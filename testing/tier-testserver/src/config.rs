@@ -155,7 +155,8 @@ pub struct Limits {
     pub max_log_records: usize,
     /// Most watches open at once: one more gets 429 TooManyRequests with `Retry-After: 1`.
     pub max_watches: usize,
-    /// Most connections served at once: further clients wait in the listen backlog.
+    /// Most connections served at once: further clients wait in the listen backlog. One that
+    /// sends no request for [`IDLE_TIMEOUT`](crate::IDLE_TIMEOUT) is closed and frees its place.
     pub max_connections: usize,
 }
 

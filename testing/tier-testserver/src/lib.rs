@@ -122,7 +122,7 @@ pub use kubeconfig::render as kubeconfig_for;
 pub use log::{Endpoint, RequestLog, RequestRecord};
 pub use objects::ObjectKind;
 pub use policies::{Policies, PolicyResource};
-pub use server::TestApiServer;
+pub use server::{IDLE_TIMEOUT, TestApiServer};
 pub use status::{Cause, ResourceName, StatusError};
 pub use store::{CalicoTiers, EventsApi, Store};
 pub use test_webhook::{TestWebhook, WebhookBehaviour};

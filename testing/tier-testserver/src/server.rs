@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
@@ -279,6 +279,12 @@ impl Drop for TestApiServer {
     }
 }
 
+/// How long a connection may wait for its next request (or for the rest of a request's head)
+/// before it is closed: kube-apiserver's `IdleTimeout` (90 s; its `ReadHeaderTimeout` is 32 s,
+/// and hyper has one timer for both). It bounds how long a client that sends nothing holds one
+/// of [`Limits::max_connections`](crate::Limits::max_connections).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.clone();
     // At most `max_connections` are served at once; further clients wait in the backlog.
@@ -309,7 +315,8 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-/// Serves one HTTP/1.1 connection until it closes, a fault kills it, or the server stops;
+/// Serves one HTTP/1.1 connection until it closes, waits [`IDLE_TIMEOUT`] for a request, a
+/// fault kills it, or the server stops;
 /// `_permit` counts it against the connection bound meanwhile.
 async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, _permit: OwnedSemaphorePermit) {
     let mut shutdown = shared.shutdown.clone();
@@ -333,6 +340,8 @@ async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, _permit: Owned
     };
     let connection = http1::Builder::new()
         .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(IDLE_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service);
     tokio::select! {
         result = connection => {

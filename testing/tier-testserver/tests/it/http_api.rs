@@ -570,3 +570,42 @@ async fn writes_a_kubeconfig_file() {
     assert!(server.kubeconfig_yaml("stranger", "x").is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A connection that sends no request (a client that connected and went away without closing,
+/// or one holding connections open on purpose) holds one of the `max_connections` slots only
+/// until the idle timeout, as kube-apiserver's 90 s `IdleTimeout` closes it; then a waiting
+/// client is served.
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_gives_its_slot_back_after_the_idle_timeout() {
+    use tokio::io::AsyncReadExt;
+
+    let limits = tier_testserver::Limits {
+        max_connections: 1,
+        ..Default::default()
+    };
+    let server = server(ServerConfig::default().limits(limits)).await;
+    let mut idle = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    // Let the server accept it and take the one slot.
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    let started = tokio::time::Instant::now();
+    let limit = tier_testserver::IDLE_TIMEOUT + std::time::Duration::from_secs(5);
+    let reply = tokio::time::timeout(limit, Http::admin(&server).get(TIERS))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("not served within {limit:?}: the idle connection kept the slot")
+        });
+    assert_eq!(reply.code, 200);
+    let waited = started.elapsed();
+    assert!(
+        (tier_testserver::IDLE_TIMEOUT.saturating_sub(std::time::Duration::from_secs(1))
+            ..tier_testserver::IDLE_TIMEOUT + std::time::Duration::from_secs(1))
+            .contains(&waited),
+        "served after {waited:?}"
+    );
+    let mut buf = [0_u8; 16];
+    assert_eq!(
+        idle.read(&mut buf).await.unwrap(),
+        0,
+        "the idle connection was closed"
+    );
+}
