@@ -961,7 +961,10 @@ mod tests {
             assert_eq!(error, ReservationConfigError::TtlOutOfRange { ttl });
             assert!(error.to_string().contains("at most 60s"), "{error}");
         }
+        let seven = Duration::from_secs(7);
+        assert_eq!(Reservations::new(seven).unwrap().ttl(), seven);
         let mut table = Reservations::new(Reservations::MAX_TTL).unwrap();
+        assert_eq!(table.ttl(), Reservations::MAX_TTL);
         let t0 = Instant::now();
         table.reserve("a", 1, t0);
         // A clock that went backwards, or far forwards: no panic.
@@ -972,8 +975,34 @@ mod tests {
     }
 
     #[test]
+    fn a_fixed_reference_index_is_synced_and_counts_what_it_was_given() {
+        let index =
+            std::collections::BTreeMap::from([("app".to_owned(), 3), ("none".to_owned(), 0)]);
+        assert_eq!(index.references("app"), Some(3));
+        assert_eq!(index.references("none"), Some(0));
+        // Not in the map: synced, and nothing references it (a DELETE may go ahead).
+        assert_eq!(index.references("other"), Some(0));
+        let p = policy();
+        let counted = References {
+            cluster_network_policies: index.references("app").unwrap_or(0),
+            network_policies: 0,
+        };
+        assert!(review(&p, &delete("app", counted), []).is_err());
+    }
+
+    #[test]
     fn truncated_text_is_bounded_and_says_how_long_it_was() {
         assert_eq!(Truncated::new("networkops").to_string(), "networkops");
+        // Exactly at the bound is whole; one byte over is cut.
+        let at = "a".repeat(Truncated::DEFAULT_MAX);
+        assert!(!Truncated::new(&at).is_cut());
+        assert_eq!(Truncated::new(&at).to_string(), at);
+        let over = "a".repeat(Truncated::DEFAULT_MAX + 1);
+        assert!(Truncated::new(&over).is_cut());
+        assert_eq!(
+            Truncated::new(&over).to_string(),
+            format!("{at}…[truncated, 257 bytes]")
+        );
         let name = "é".repeat(200);
         let shown = Truncated::new(&name).to_string();
         assert!(shown.starts_with(&"é".repeat(128)), "{shown}");
