@@ -149,7 +149,7 @@ pub fn handler(requests: usize) {
 /// tier-server's webhook, or with `static_route` an axum route answering [`ALLOWED`] after
 /// reading the body, on tier-server's [`Server`] (which tells the server's cost from the
 /// handler's).
-pub async fn webhook_server(
+async fn webhook_server(
     tls: &Tls,
     static_route: bool,
 ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
