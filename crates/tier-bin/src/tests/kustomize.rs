@@ -12,7 +12,8 @@ use clap::CommandFactory;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-fn deploy() -> PathBuf {
+/// The `deploy/` directory of the repository.
+pub(super) fn deploy() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../deploy")
         .canonicalize()
@@ -26,7 +27,8 @@ fn kubectl() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-fn documents(text: &str) -> Vec<Value> {
+/// The non-empty YAML documents of `text`.
+pub(super) fn documents(text: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(text)
         .map(|d| Value::deserialize(d).unwrap())
         .filter(|v| !v.is_null())

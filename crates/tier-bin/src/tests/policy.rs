@@ -9,21 +9,17 @@
 //! policy sees of fields that are set.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use cel::Value as Cel;
 use cel::parser::Parser;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// The first document of `deploy/<path>`, as JSON.
 fn deploy(path: &str) -> Value {
-    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy")
-        .join(path);
-    let text = std::fs::read_to_string(&file).unwrap();
-    let first = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
-        .find(|v| !v.is_null())
+    let text = std::fs::read_to_string(super::kustomize::deploy().join(path)).unwrap();
+    let first = super::kustomize::documents(&text)
+        .into_iter()
+        .next()
         .unwrap();
     serde_json::to_value(first).unwrap()
 }
