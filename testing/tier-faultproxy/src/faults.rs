@@ -49,7 +49,8 @@ pub enum FaultAction {
     /// by then), then reset the connection instead of answering.
     LoseResponse,
     /// Forward a watch, then end its stream after `after_events` events or `after` time,
-    /// whichever comes first.
+    /// whichever comes first. A watch the upstream answers with an error passes unchanged
+    /// (the fault is spent all the same).
     EndWatch {
         /// End right after this many events (`None`: any number).
         after_events: Option<u64>,
