@@ -123,6 +123,10 @@ impl ProxyConfig {
     /// a client certificate before a token and the caller would silently become the
     /// certificate's user. Anyone who can reach the proxy's port (any local process) can use
     /// this identity: give it only in tests.
+    ///
+    /// The proxy does not ask callers for certificates, so none is passed on: in front of a
+    /// webhook that checks kube-apiserver's client certificate (tierd's `--client-ca`), give
+    /// the proxy the certificate the AdmissionConfiguration makes kube-apiserver present.
     #[must_use]
     pub fn client_identity(
         mut self,
