@@ -276,11 +276,7 @@ pub struct RunArgs {
     /// TokenReview, and a SubjectAccessReview for `get /metrics` (results cached, see
     /// tier_server::auth). Requires --tls-cert: bearer tokens are never accepted over plain
     /// HTTP.
-    #[arg(
-        long,
-        env = "TIERD_METRICS_AUTH",
-        requires_ifs = [("true", "tls_cert")]
-    )]
+    #[arg(long, env = "TIERD_METRICS_AUTH")]
     pub metrics_auth: bool,
 
     /// Connection limits of every server.
@@ -289,22 +285,17 @@ pub struct RunArgs {
 
     /// PEM certificate chain of the webhook port (and of the metrics port with --metrics-auth),
     /// reloaded when the file changes; without it every port speaks plain HTTP.
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM private key of --tls-cert, reloaded with it.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(long, value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
 
     /// PEM CA certificates: the webhook port then requires a client certificate chained to
     /// them and naming one of --client-names (kube-apiserver's, see docs/SECURITY.md); the file
     /// is reloaded when it changes. Probes and metrics are unaffected. Needs --tls-cert.
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "tls_cert",
-        env = "TIERD_CLIENT_CA"
-    )]
+    #[arg(long, value_name = "FILE", env = "TIERD_CLIENT_CA")]
     pub client_ca: Option<PathBuf>,
 
     /// The client names --client-ca admits: the client certificate's subject CN or one of its
@@ -339,6 +330,72 @@ pub struct RunArgs {
     pub self_signed: Box<SelfSignedArgs>,
 }
 
+impl RunArgs {
+    /// Every problem with how `run`'s flags combine, one line each saying why: a flag that
+    /// needs the TLS files given without them, or half of the TLS pair. Checked after parsing
+    /// rather than by clap's `requires`, whose refusal says neither why nor every flag at once.
+    /// Flags in `removed` (refused outright, so the fix is to remove them) are not checked for
+    /// what they need.
+    pub fn combination_problems(&self, removed: &[&str]) -> Vec<String> {
+        let kept = |flag: &str| !removed.contains(&flag);
+        let mut problems = Vec::new();
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) if kept("--tls-cert") => {
+                problems.push(
+                    "--tls-cert needs --tls-key, the private key of that certificate".to_owned(),
+                );
+            }
+            (None, Some(_)) if kept("--tls-key") => {
+                problems.push(
+                    "--tls-key needs --tls-cert, the certificate chain of that key".to_owned(),
+                );
+            }
+            _ => {}
+        }
+        if self.tls_cert.is_none() && self.tls_key.is_none() {
+            let needs_tls = [
+                (
+                    self.metrics_auth,
+                    "--metrics-auth",
+                    "/metrics would take bearer tokens, and tierd never accepts them over plain \
+                     HTTP",
+                ),
+                (
+                    self.self_signed.self_signed_cert,
+                    "--self-signed-cert",
+                    "they name the files it writes the certificate and key to",
+                ),
+                (
+                    self.client_ca.is_some(),
+                    "--client-ca",
+                    "client certificates are asked for in the webhook port's TLS handshake",
+                ),
+            ];
+            for (_, flag, why) in needs_tls.iter().filter(|(on, flag, _)| *on && kept(flag)) {
+                problems.push(format!("{flag} needs --tls-cert and --tls-key: {why}"));
+            }
+        }
+        problems
+    }
+}
+
+/// The refusal of `problems` (one line each), or `None` without any: what `tierd run` prints
+/// before it exits 2, having sent no request.
+pub fn refusal(problems: &[String]) -> Option<String> {
+    if problems.is_empty() {
+        return None;
+    }
+    let mut message = format!(
+        "the flags cannot be used as given ({} problem(s)); nothing was sent to the API server:",
+        problems.len()
+    );
+    for problem in problems {
+        message.push_str("\n  - ");
+        message.push_str(problem);
+    }
+    Some(message)
+}
+
 /// A listen address, or none (the empty string): `--webhook-listen ""` turns the port off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Listen(pub Option<SocketAddr>);
@@ -369,11 +426,7 @@ pub struct SelfSignedArgs {
     /// Secret (shipped empty by the install, filled once, checked, renewed before expiry) and
     /// written to --tls-cert/--tls-key; with --webhook-configuration, keep that
     /// configuration's caBundle equal to the CA.
-    #[arg(
-        long,
-        env = "TIERD_SELF_SIGNED_CERT",
-        requires_ifs = [("true", "tls_cert"), ("true", "tls_key")]
-    )]
+    #[arg(long, env = "TIERD_SELF_SIGNED_CERT")]
     pub self_signed_cert: bool,
 
     /// The Secret holding the CA and the serving certificate, in --self-signed-cert-namespace.
@@ -535,7 +588,66 @@ mod tests {
         assert_eq!(args.timeout, Some(Duration::from_secs(90)));
         assert_eq!(args.cluster.call_timeout, Duration::from_secs(10));
         assert!(Cli::try_parse_from(["tierd", "run", "--in-cluster", "--context", "x"]).is_err());
-        assert!(Cli::try_parse_from(["tierd", "run", "--tls-cert", "c.pem"]).is_err());
+    }
+
+    /// `run`'s arguments from `flags`.
+    fn run_args(flags: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(["tierd", "run"].iter().chain(flags)).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        args
+    }
+
+    /// What `tierd run FLAGS` prints before it exits 2 (Antrea), if it refuses them.
+    fn refused(flags: &[&str]) -> Option<(u8, String)> {
+        let args = run_args(flags);
+        <tier_core::Antrea as crate::controller::ControllerMode>::webhook_listen(&args)
+            .err()
+            .map(|e| (e.exit_code(), e.to_string()))
+    }
+
+    #[test]
+    fn half_of_the_tls_pair_is_refused_saying_which_half_is_missing() {
+        let (code, message) = refused(&["--tls-cert", "c.pem"]).unwrap();
+        assert_eq!(code, exit::USAGE);
+        assert!(
+            message.contains("--tls-cert needs --tls-key, the private key of that certificate"),
+            "{message}"
+        );
+        let (_, message) = refused(&["--tls-key", "k.pem"]).unwrap();
+        assert!(message.contains("--tls-key needs --tls-cert"), "{message}");
+        assert_eq!(
+            refused(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]),
+            None
+        );
+    }
+
+    #[test]
+    fn flags_that_need_tls_are_refused_together_each_saying_why() {
+        let (code, message) = refused(&[
+            "--metrics-auth",
+            "--self-signed-cert",
+            "--client-ca",
+            "ca.pem",
+        ])
+        .unwrap();
+        assert_eq!(code, exit::USAGE);
+        assert_eq!(
+            message,
+            "the flags cannot be used as given (3 problem(s)); nothing was sent to the API \
+             server:\n  \
+             - --metrics-auth needs --tls-cert and --tls-key: /metrics would take bearer \
+             tokens, and tierd never accepts them over plain HTTP\n  \
+             - --self-signed-cert needs --tls-cert and --tls-key: they name the files it writes \
+             the certificate and key to\n  \
+             - --client-ca needs --tls-cert and --tls-key: client certificates are asked for in \
+             the webhook port's TLS handshake"
+        );
+        // With only the key, the pair is what is missing: one problem, not four.
+        let (_, message) = refused(&["--metrics-auth", "--tls-key", "k.pem"]).unwrap();
+        assert!(message.contains("(1 problem(s))"), "{message}");
+        assert!(message.contains("--tls-key needs --tls-cert"), "{message}");
     }
 
     #[test]
@@ -553,9 +665,12 @@ mod tests {
 
     #[test]
     fn client_ca_needs_tls_and_defaults_to_kube_apiserver() {
-        let err = Cli::try_parse_from(["tierd", "run", "--client-ca", "ca.pem"]).unwrap_err();
-        assert_eq!(err.exit_code(), i32::from(exit::USAGE));
-        assert!(err.to_string().contains("--tls-cert"), "{err}");
+        let (code, message) = refused(&["--client-ca", "ca.pem"]).unwrap();
+        assert_eq!(code, exit::USAGE);
+        assert!(
+            message.contains("--client-ca needs --tls-cert and --tls-key"),
+            "{message}"
+        );
         let tls = [
             "--tls-cert",
             "c.pem",
@@ -609,7 +724,12 @@ mod tests {
 
     #[test]
     fn self_signed_cert_needs_the_files_it_writes() {
-        assert!(Cli::try_parse_from(["tierd", "run", "--self-signed-cert"]).is_err());
+        let (code, message) = refused(&["--self-signed-cert"]).unwrap();
+        assert_eq!(code, exit::USAGE);
+        assert!(
+            message.contains("--self-signed-cert needs --tls-cert and --tls-key"),
+            "{message}"
+        );
         let cli = Cli::try_parse_from([
             "tierd",
             "run",
@@ -673,21 +793,22 @@ mod tests {
     }
 
     #[test]
-    fn metrics_auth_without_tls_is_refused_with_exit_2() {
-        let err = Cli::try_parse_from(["tierd", "run", "--metrics-auth"]).unwrap_err();
-        assert_eq!(err.exit_code(), i32::from(exit::USAGE));
-        let message = err.to_string();
-        assert!(message.contains("--tls-cert"), "{message}");
+    fn metrics_auth_without_tls_is_refused_with_exit_2_saying_why() {
+        let (code, message) = refused(&["--metrics-auth"]).unwrap();
+        assert_eq!(code, exit::USAGE);
         assert!(
-            Cli::try_parse_from([
-                "tierd",
-                "run",
-                "--metrics-auth",
-                "--tls-cert=/t/tls.crt",
-                "--tls-key=/t/tls.key",
-            ])
-            .is_ok()
+            message.contains(
+                "--metrics-auth needs --tls-cert and --tls-key: /metrics would take bearer \
+                 tokens, and tierd never accepts them over plain HTTP"
+            ),
+            "{message}"
         );
+        let tls = [
+            "--metrics-auth",
+            "--tls-cert=/t/tls.crt",
+            "--tls-key=/t/tls.key",
+        ];
+        assert_eq!(refused(&tls), None);
     }
 
     #[test]
@@ -731,202 +852,5 @@ mod tests {
             panic!("not plan");
         };
         assert!(args.cluster.feature_gates.rules().cluster_network_policy);
-    }
-}
-
-/// The flag tables of `docs/REFERENCE.md`, rendered from this command line. Each table sits
-/// between `<!-- BEGIN generated: flags NAME -->` and `<!-- END generated: flags NAME -->`, NAME
-/// being `global` or a subcommand; `TIERD_BLESS=1 cargo test -p tier-bin` rewrites them.
-#[cfg(test)]
-mod reference {
-    use std::path::PathBuf;
-
-    use clap::{ArgAction, CommandFactory};
-
-    use super::Cli;
-
-    /// The file holding the tables.
-    fn reference_path() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/REFERENCE.md")
-    }
-
-    /// One table cell: whitespace collapsed, `|` escaped.
-    fn cell(text: &str) -> String {
-        text.split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-            .replace('|', "\\|")
-    }
-
-    /// The table of `args`: flag, env, default, help.
-    fn table<'a>(args: impl Iterator<Item = &'a clap::Arg>) -> String {
-        let mut out = String::from("| flag | env | default | meaning |\n|---|---|---|---|\n");
-        for arg in args {
-            let id = arg.get_id().as_str();
-            if id == "help" || id == "version" || arg.is_positional() {
-                continue;
-            }
-            let takes_value = !matches!(
-                arg.get_action(),
-                ArgAction::SetTrue | ArgAction::SetFalse | ArgAction::Count
-            );
-            let mut flag = String::new();
-            if let Some(short) = arg.get_short() {
-                flag.push_str(&format!("-{short}, "));
-            }
-            if let Some(long) = arg.get_long() {
-                flag.push_str(&format!("--{long}"));
-            }
-            if takes_value {
-                let values = arg.get_possible_values();
-                if values.is_empty() {
-                    let names = arg
-                        .get_value_names()
-                        .map(|n| n.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" "))
-                        .unwrap_or_else(|| id.to_uppercase());
-                    flag.push_str(&format!(" {names}"));
-                } else {
-                    let names: Vec<&str> = values.iter().map(|v| v.get_name()).collect();
-                    flag.push_str(&format!(" {}", names.join("|")));
-                }
-            }
-            let aliases = arg.get_all_aliases().unwrap_or_default();
-            let mut flag = format!("`{}`", cell(&flag).replace("\\|", "|"));
-            if !aliases.is_empty() {
-                let aliases: Vec<String> = aliases.iter().map(|a| format!("`--{a}`")).collect();
-                flag.push_str(&format!(" (alias {})", aliases.join(", ")));
-            }
-            let env = arg
-                .get_env()
-                .map(|e| format!("`{}`", e.to_string_lossy()))
-                .unwrap_or_default();
-            let default = if takes_value {
-                let values: Vec<String> = arg
-                    .get_default_values()
-                    .iter()
-                    .map(|v| v.to_string_lossy().into_owned())
-                    .filter(|v| !v.is_empty())
-                    .collect();
-                if values.is_empty() {
-                    String::new()
-                } else {
-                    format!("`{}`", values.join(","))
-                }
-            } else {
-                String::new()
-            };
-            let help = arg
-                .get_long_help()
-                .or_else(|| arg.get_help())
-                .map(|h| h.to_string())
-                .unwrap_or_default();
-            // Clap drops the full stop of a one-paragraph doc comment; the table keeps it.
-            let mut help = cell(&help);
-            if !help.ends_with('.') {
-                help.push('.');
-            }
-            out.push_str(&format!(
-                "| {} | {env} | {default} | {help} |\n",
-                flag.replace('|', "\\|"),
-            ));
-        }
-        out
-    }
-
-    /// Every generated section: (name, table).
-    fn sections() -> Vec<(String, String)> {
-        let cli = Cli::command();
-        let mut out = vec![(
-            "global".to_owned(),
-            table(cli.get_arguments().filter(|a| a.is_global_set())),
-        )];
-        for sub in cli.get_subcommands() {
-            let own = sub.get_arguments().filter(|a| !a.is_global_set());
-            let rendered = table(own);
-            if rendered.lines().count() > 2 {
-                out.push((sub.get_name().to_owned(), rendered));
-            }
-        }
-        out
-    }
-
-    /// `text` with each section's body replaced, or the names of the missing markers.
-    fn splice(text: &str, sections: &[(String, String)]) -> Result<String, Vec<String>> {
-        let mut text = text.to_owned();
-        let mut missing = Vec::new();
-        for (name, body) in sections {
-            let begin = format!("<!-- BEGIN generated: flags {name} -->\n");
-            let end = format!("<!-- END generated: flags {name} -->");
-            let (Some(start), Some(stop)) = (text.find(&begin), text.find(&end)) else {
-                missing.push(name.clone());
-                continue;
-            };
-            let from = start + begin.len();
-            if stop < from {
-                missing.push(name.clone());
-                continue;
-            }
-            text.replace_range(from..stop, body);
-        }
-        if missing.is_empty() {
-            Ok(text)
-        } else {
-            Err(missing)
-        }
-    }
-
-    #[test]
-    fn the_flag_tables_in_docs_reference_match_the_command_line() {
-        let path = reference_path();
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-        let spliced = splice(&text, &sections()).unwrap_or_else(|missing| {
-            panic!(
-                "{} lacks the markers of {missing:?}: add `<!-- BEGIN generated: flags NAME -->` \
-                 and `<!-- END generated: flags NAME -->` lines, then run \
-                 `TIERD_BLESS=1 cargo test -p tier-bin`",
-                path.display()
-            )
-        });
-        if std::env::var_os("TIERD_BLESS").is_some_and(|v| v == "1") {
-            std::fs::write(&path, spliced).unwrap();
-            return;
-        }
-        let first = text
-            .lines()
-            .zip(spliced.lines())
-            .find(|(old, new)| old != new)
-            .map(|(old, new)| format!("\n  docs: {old}\n  code: {new}"))
-            .unwrap_or_default();
-        assert!(
-            spliced == text,
-            "the flag tables in {} differ from the command line in cli.rs;{first}\n\
-             run `TIERD_BLESS=1 cargo test -p tier-bin` and commit the result",
-            path.display()
-        );
-    }
-
-    #[test]
-    fn every_flag_is_explained() {
-        for (name, table) in sections() {
-            for row in table.lines().skip(2) {
-                assert!(!row.ends_with("| . |"), "{name}: {row:?} has no help text");
-            }
-        }
-    }
-
-    #[test]
-    fn splicing_replaces_only_between_markers() {
-        let text =
-            "a\n<!-- BEGIN generated: flags x -->\nold\n<!-- END generated: flags x -->\nb\n";
-        let sections = [("x".to_owned(), "new\n".to_owned())];
-        assert_eq!(
-            splice(text, &sections).unwrap(),
-            "a\n<!-- BEGIN generated: flags x -->\nnew\n<!-- END generated: flags x -->\nb\n"
-        );
-        assert_eq!(
-            splice("nothing", &sections).unwrap_err(),
-            vec!["x".to_owned()]
-        );
     }
 }

@@ -6,7 +6,9 @@
 //! their deletion itself), so the flags that only configure Antrea's webhook are refused with
 //! exit 2 rather than silently ignored: `--webhook-listen ADDR` (only `--webhook-listen ""` is
 //! accepted), `--self-signed-cert`, `--client-ca`, `--controller-user`, `--feature-gates`
-//! (Antrea's), and `--tls-cert` without `--metrics-auth` (TLS would serve nothing else).
+//! (Antrea's), and `--tls-cert`/`--tls-key` without `--metrics-auth` (TLS would serve nothing
+//! else). `run` names every refused flag in one message, together with the flags that lack
+//! what they need ([`RunArgs::combination_problems`]), before any request.
 
 use std::net::SocketAddr;
 
@@ -34,8 +36,9 @@ pub trait ControllerMode: tierd::backend::Backend + Planned {
     /// The assembly's settings the flags select (the Tier API, for Calico).
     fn settings_from(args: &ClusterArgs) -> Self::Settings;
 
-    /// Refuses `run`'s flags this controller has no use for (exit 2, before any request); the
-    /// webhook's address, if it has a webhook port.
+    /// Refuses `run`'s flags this controller has no use for, and flags given without what they
+    /// need, every one in one message (exit 2, before any request); the webhook's address, if
+    /// it has a webhook port.
     fn webhook_listen(args: &RunArgs) -> Result<Option<SocketAddr>, CommandError>;
 
     /// The builder with this controller's own settings from the flags.
@@ -61,6 +64,7 @@ impl ControllerMode for Antrea {
     }
 
     fn webhook_listen(args: &RunArgs) -> Result<Option<SocketAddr>, CommandError> {
+        refuse(args.combination_problems(&[]))?;
         Ok(args.listen.map_or(Some(DEFAULT_WEBHOOK_LISTEN), |l| l.0))
     }
 
@@ -97,27 +101,55 @@ impl ControllerMode for Calico {
     }
 
     fn webhook_listen(args: &RunArgs) -> Result<Option<SocketAddr>, CommandError> {
-        let mut flags = Vec::new();
+        // (the flag, as the refusal names it)
+        let mut refused: Vec<(&str, &str)> = Vec::new();
         if let Some(crate::cli::Listen(Some(_))) = args.listen {
-            flags.push("--webhook-listen ADDR (give --webhook-listen \"\" or leave it out)");
+            refused.push((
+                "--webhook-listen",
+                "--webhook-listen ADDR (give --webhook-listen \"\" or leave it out)",
+            ));
         }
         if args.self_signed.self_signed_cert {
-            flags.push("--self-signed-cert");
+            refused.push(("--self-signed-cert", "--self-signed-cert"));
         }
         if args.client_ca.is_some() {
-            flags.push("--client-ca");
+            refused.push(("--client-ca", "--client-ca"));
         }
         if args.controller_user.is_some() {
-            flags.push("--controller-user");
+            refused.push(("--controller-user", "--controller-user"));
         }
-        if args.tls_cert.is_some() && !args.metrics_auth {
-            flags.push("--tls-cert without --metrics-auth");
+        if args.cluster.feature_gates != FeatureGates::default() {
+            refused.push((
+                "--feature-gates",
+                "--feature-gates (Antrea's feature gates)",
+            ));
         }
-        if flags.is_empty() {
-            Ok(None)
-        } else {
-            Err(refused(&flags))
+        if !args.metrics_auth {
+            match (&args.tls_cert, &args.tls_key) {
+                (Some(_), Some(_)) => refused.push((
+                    "--tls-cert",
+                    "--tls-cert and --tls-key without --metrics-auth (TLS would serve nothing else)",
+                )),
+                (Some(_), None) => refused.push((
+                    "--tls-cert",
+                    "--tls-cert without --metrics-auth (TLS would serve nothing else)",
+                )),
+                (None, Some(_)) => refused.push((
+                    "--tls-key",
+                    "--tls-key without --metrics-auth (TLS would serve nothing else)",
+                )),
+                (None, None) => {}
+            }
         }
+        let removed: Vec<&str> = refused.iter().map(|(flag, _)| *flag).collect();
+        let named: Vec<&str> = refused.iter().map(|(_, named)| *named).collect();
+        let mut problems = Vec::new();
+        if !named.is_empty() {
+            problems.push(no_webhook(&named));
+        }
+        problems.extend(args.combination_problems(&removed));
+        refuse(problems)?;
+        Ok(None)
     }
 
     fn configure(builder: tierd::Builder<Calico>, args: &RunArgs) -> tierd::Builder<Calico> {
@@ -125,13 +157,26 @@ impl ControllerMode for Calico {
     }
 }
 
-/// Flags of Antrea's webhook given in Calico mode.
-fn refused(flags: &[&str]) -> CommandError {
-    CommandError::Flags(format!(
+/// Why flags of Antrea's webhook are refused in Calico mode, naming them all.
+fn no_webhook(flags: &[&str]) -> String {
+    format!(
         "--controller calico has no Tier webhook (Calico protects its built-in Tiers itself), \
          so these flags do nothing; remove them: {}",
         flags.join(", ")
-    ))
+    )
+}
+
+/// Flags of Antrea's webhook given in Calico mode (`plan` and `ensure`: only `--feature-gates`).
+fn refused(flags: &[&str]) -> CommandError {
+    CommandError::Flags(no_webhook(flags))
+}
+
+/// `Err` (exit 2) naming every problem, if there is one.
+fn refuse(problems: Vec<String>) -> Result<(), CommandError> {
+    match crate::cli::refusal(&problems) {
+        Some(message) => Err(CommandError::Flags(message)),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -189,6 +234,79 @@ mod tests {
         ]);
         let error = Calico::desired(&gates.cluster).unwrap_err();
         assert_eq!(error.exit_code(), exit::USAGE);
+    }
+
+    #[test]
+    fn calico_mode_names_every_refused_flag_in_one_message_and_only_what_to_remove() {
+        let args = run_args(&[
+            "--controller",
+            "calico",
+            "--self-signed-cert",
+            "--client-ca",
+            "ca.pem",
+            "--controller-user",
+            "me",
+            "--feature-gates",
+            "ClusterNetworkPolicy=true",
+        ]);
+        let error = Calico::webhook_listen(&args).unwrap_err();
+        assert_eq!(error.exit_code(), exit::USAGE);
+        // One problem: remove them. Not "--self-signed-cert needs --tls-cert", which would
+        // send the operator the wrong way.
+        assert_eq!(
+            error.to_string(),
+            "the flags cannot be used as given (1 problem(s)); nothing was sent to the API \
+             server:\n  - --controller calico has no Tier webhook (Calico protects its built-in \
+             Tiers itself), so these flags do nothing; remove them: --self-signed-cert, \
+             --client-ca, --controller-user, --feature-gates (Antrea's feature gates)"
+        );
+        // A flag Calico keeps, without what it needs, is named beside the refused ones.
+        let args = run_args(&[
+            "--controller",
+            "calico",
+            "--metrics-auth",
+            "--client-ca",
+            "a",
+        ]);
+        let message = Calico::webhook_listen(&args).unwrap_err().to_string();
+        assert!(message.contains("(2 problem(s))"), "{message}");
+        assert!(message.contains("remove them: --client-ca"), "{message}");
+        assert!(
+            message.contains("--metrics-auth needs --tls-cert and --tls-key"),
+            "{message}"
+        );
+        let key = run_args(&["--controller", "calico", "--tls-key", "k"]);
+        let message = Calico::webhook_listen(&key).unwrap_err().to_string();
+        assert!(
+            message.contains("remove them: --tls-key without"),
+            "{message}"
+        );
+        assert!(!message.contains("needs --tls-cert"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn run_refuses_the_flags_before_reading_the_tiers_file_or_the_kubeconfig() {
+        let args = run_args(&[
+            "--controller",
+            "calico",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--tiers",
+            "/nonexistent/tiers.yaml",
+            "--feature-gates",
+            "ClusterNetworkPolicy=true",
+            "--self-signed-cert",
+        ]);
+        let error = daemon::run::<Calico>(&args).await.unwrap_err();
+        assert!(matches!(error, CommandError::Flags(_)), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains("remove them: --self-signed-cert, --feature-gates"),
+            "{message}"
+        );
+        let args = run_args(&["--kubeconfig", "/nonexistent/kubeconfig", "--metrics-auth"]);
+        let error = daemon::run::<Antrea>(&args).await.unwrap_err();
+        assert!(matches!(error, CommandError::Flags(_)), "{error:?}");
     }
 
     #[test]

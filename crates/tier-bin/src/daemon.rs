@@ -72,7 +72,7 @@ fn cert_files(args: &RunArgs) -> Option<CertFiles> {
 }
 
 /// The assembly the flags select.
-fn assemble<C: ControllerMode>(
+pub(crate) fn assemble<C: ControllerMode>(
     args: &RunArgs,
     clients: Clients,
     desired: DesiredSet<C>,
@@ -85,6 +85,20 @@ fn assemble<C: ControllerMode>(
         .metrics_auth(args.metrics_auth)
         .ready_requires_tiers(args.ready_requires_tiers);
     C::configure(builder, args)
+}
+
+/// The registry `/metrics` serves, before [`Tierd::metrics`] adds the assembly's own: the
+/// connection metrics of every server and, with TLS, the certificate's expiry.
+pub(crate) fn metrics_registry(
+    server_metrics: &ServerMetrics,
+    tls: Option<&Arc<CertReloader>>,
+) -> Registry {
+    let mut registry = Registry::default();
+    server_metrics.register(&mut registry);
+    if let Some(tls) = tls {
+        tls.register(&mut registry);
+    }
+    registry
 }
 
 /// A finished server task's outcome.
@@ -104,8 +118,9 @@ fn ended(
 /// Invalid input (exit 2), a listener that cannot be bound or a server that failed (exit 1);
 /// never the API server.
 pub async fn run<C: ControllerMode>(args: &RunArgs) -> Result<(), CommandError> {
-    let desired = C::desired(&args.cluster)?;
+    // Every refused flag first, in one message; then the `--tiers` file.
     let webhook_listen = C::webhook_listen(args)?;
+    let desired = C::desired(&args.cluster)?;
     let clients = commands::clients(&args.cluster).await?;
     let self_signed = self_signed(args);
     // Given files are input: unreadable or invalid exits 2 now. Self-signed ones are written
@@ -228,12 +243,8 @@ async fn serve_webhook_and_metrics<C: tierd::backend::Backend>(
     {
         *tls = Some(CertReloader::load(files).await?);
     }
-    let mut registry = Registry::default();
-    server_metrics.register(&mut registry);
-    if let Some(tls) = tls.as_ref() {
-        tls.register(&mut registry);
-    }
     let mut webhook = server(tierd.webhook(), "webhook");
+    let registry = metrics_registry(server_metrics, tls.as_ref());
     let mut metrics = server(tierd.metrics(registry), "metrics");
     let shutdown = tierd.shutdown_signal();
     if let Some(tls) = tls.as_ref() {

@@ -51,7 +51,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::{Api, Client};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -650,14 +650,8 @@ async fn warn_event(client: &Client, config: &SelfSignedConfig, note: String) {
         namespace: Some(config.namespace.clone()),
         ..ObjectReference::default()
     };
-    let event = Event {
-        type_: EventType::Warning,
-        reason: "BadCertificate".to_owned(),
-        // events.k8s.io caps a note at 1 kB.
-        note: Some(truncated(note, 1000)),
-        action: "Renew".to_owned(),
-        secondary: None,
-    };
+    // events.k8s.io caps a note at 1 kB.
+    let event = crate::events::bad_certificate(truncated(note, 1000));
     match tokio::time::timeout(EVENT_TIMEOUT, recorder.publish(&event, &reference)).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::warn!(%error, "cannot publish the BadCertificate Event"),

@@ -11,6 +11,9 @@
 //!
 //! Publishing never stops the daemon: a failed publish is logged and dropped.
 //!
+//! Every Event tierd publishes is built here ([`to_event`], [`bad_certificate`]), so
+//! [`REASONS`] is the whole list (docs/REFERENCE.md's Event table is generated from these).
+//!
 //! ```no_run
 //! # async fn example(client: kube::Client, events: tier_core::EventReceiver) {
 //! let reporter = tier_kube::events::reporter(std::env::var("POD_NAME").ok());
@@ -28,6 +31,24 @@ use crate::crd::Tier;
 
 /// The reporting controller's name in Events.
 pub(crate) const CONTROLLER: &str = "tierd";
+
+/// The reason of the Warning Event about the self-signed certificate's Secret, whose bad
+/// content tierd replaced ([`bad_certificate`]).
+pub const BAD_CERTIFICATE: &str = "BadCertificate";
+
+/// Every reason of tierd's Events: one per [`TierEvent`] kind ([`to_event`]), then
+/// [`BAD_CERTIFICATE`].
+pub const REASONS: [&str; 9] = [
+    "Created",
+    "Corrected",
+    "Blocked",
+    "Denied",
+    "Forbidden",
+    "NotInstalled",
+    "Contested",
+    "ContestEnded",
+    BAD_CERTIFICATE,
+];
 
 /// The longest one Event may take to publish before it is dropped.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -105,6 +126,19 @@ pub fn to_event(event: &TierEvent) -> Event {
     }
 }
 
+/// The Warning Event `BadCertificate` about the self-signed certificate's Secret (see
+/// `certs`): `note` says what was wrong and what tierd did (at most 1 kB, as events.k8s.io
+/// allows).
+pub fn bad_certificate(note: String) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: BAD_CERTIFICATE.to_owned(),
+        note: Some(note),
+        action: "Renew".to_owned(),
+        secondary: None,
+    }
+}
+
 /// Publishes a Kubernetes Event for every [`TierEvent`] of `events` (a driver's lossless event
 /// stream, see `tier_runtime::spawn_with_events`) until the driver drops its end. Returns the
 /// number of Events published. The Events are about Antrea's Tiers; see [`publish_about`].
@@ -141,6 +175,28 @@ pub async fn publish_about(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_event_is_built_here_with_a_listed_reason() {
+        assert_eq!(bad_certificate("x".into()).reason, BAD_CERTIFICATE);
+        assert!(REASONS.contains(&BAD_CERTIFICATE));
+        // No other module builds an Event (its reason would be missing from REASONS and from
+        // docs/REFERENCE.md's table): each sets a type.
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for entry in std::fs::read_dir(&src).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() || path.file_name().is_some_and(|n| n == "events.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(
+                !text.contains("EventType::"),
+                "{} builds a Kubernetes Event; build it in events.rs and list its reason in \
+                 REASONS",
+                path.display()
+            );
+        }
+    }
 
     #[test]
     fn events_name_the_tier_and_its_kind() {

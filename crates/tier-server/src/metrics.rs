@@ -74,6 +74,18 @@ impl<S: StatusSource> TierCollector<S> {
     }
 }
 
+/// Whether a Tier in `state` cannot be written right now: blocked, denied, forbidden or not
+/// installed (what `tierd_tiers_blocked` counts).
+pub(crate) fn cannot_be_written(state: &TierState) -> bool {
+    matches!(
+        state,
+        TierState::Blocked { .. }
+            | TierState::Denied { .. }
+            | TierState::Forbidden { .. }
+            | TierState::NotInstalled { .. }
+    )
+}
+
 /// Registers a `TierCollector` of `source` in `registry`, under the `tierd_` prefix.
 pub fn register<S: StatusSource>(registry: &mut Registry, source: S) {
     registry
@@ -150,15 +162,7 @@ impl<S: StatusSource> Collector for TierCollector<S> {
         let blocked = status
             .tiers
             .iter()
-            .filter(|t| {
-                matches!(
-                    t.state,
-                    TierState::Blocked { .. }
-                        | TierState::Denied { .. }
-                        | TierState::Forbidden { .. }
-                        | TierState::NotInstalled { .. }
-                )
-            })
+            .filter(|t| cannot_be_written(&t.state))
             .count();
         gauge(
             &mut encoder,

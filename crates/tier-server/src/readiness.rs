@@ -13,6 +13,7 @@
 //! |---|---|---|
 //! | [`TIER_CACHE_SYNCED`] | the Tier cache has completed its first list | [`CacheSynced`] (the lister the webhook reads) |
 //! | [`SYSTEM_TIERS`] | every system Tier has converged **once** (latched) | [`SystemTiers`] (`Status.initialized`) |
+//! | [`TIERS_UNOBSTRUCTED`] | no desired Tier is blocked, denied, forbidden, not installed or contested **now** | [`TiersUnobstructed`] (`Status.tiers`) |
 //! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
 //! | [`ACNP_CACHE_SYNCED`], [`ANNP_CACHE_SYNCED`] | the Antrea ClusterNetworkPolicy / NetworkPolicy cache has listed, or found its CRD not installed | registered by whoever starts the caches (tierd: `tier_kube::policies::PolicyCache`) |
 //!
@@ -39,6 +40,15 @@
 //! (`tierd_tier_state`, `tierd_tiers_blocked`), not as a readiness flap that would take the
 //! webhook out of its Service while the correction may need it. Until it passes, its reason names
 //! every Tier that is not converged, with the server's message for a blocked one.
+//!
+//! What stands in a Tier's way *now*, before or after initialization, is the standard
+//! `tiers-unobstructed` check, always informational: `/readyz?verbose` lists it as
+//! `[-]tiers-unobstructed failed (informational): 1 of 6 desired Tiers ...: org-security denied
+//! ...` while a Tier is blocked, denied, forbidden, not installed or contested, with the
+//! server's message, and as `[+]tiers-unobstructed ok (informational)` otherwise. kube-apiserver's
+//! format has no reason on a passing line, so this is a check of its own rather than a remark on
+//! `system-tiers`, and it never fails `/readyz`: the webhook that may be needed to clear the
+//! obstruction is reached only through Ready pods.
 //!
 //! ```
 //! use axum::{Router, routing::get};
@@ -71,7 +81,7 @@ use std::time::Duration;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tier_core::{Controller, Status, StatusHandle, TierLister, TierStatus};
+use tier_core::{Controller, Status, StatusHandle, TierLister, TierState, TierStatus};
 use tokio::sync::watch;
 
 /// The check that passes once the Tier cache has completed its first list.
@@ -84,6 +94,9 @@ pub const ACNP_CACHE_SYNCED: &str = "acnp-cache-synced";
 pub const ANNP_CACHE_SYNCED: &str = "annp-cache-synced";
 /// The check that passes once every system Tier has converged at least once.
 pub const SYSTEM_TIERS: &str = "system-tiers";
+/// The informational check that fails while a desired Tier is blocked, denied, forbidden, not
+/// installed or contested, naming each and why.
+pub const TIERS_UNOBSTRUCTED: &str = "tiers-unobstructed";
 /// The check that fails as soon as shutdown starts.
 pub const SHUTDOWN: &str = "shutdown";
 
@@ -259,6 +272,43 @@ fn describe(tier: &TierStatus) -> String {
     tier.to_string()
 }
 
+/// [`TIERS_UNOBSTRUCTED`] from a driver status: fails while a desired Tier is blocked, denied,
+/// forbidden, not installed or contested, naming each with its cause; not latched. Register it
+/// informational (as [`Readiness::standard`] does): see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct TiersUnobstructed<S>(pub S);
+
+impl<S: StatusSource> Check for TiersUnobstructed<S> {
+    fn state(&self) -> CheckState {
+        tiers_unobstructed_state(&self.0.current())
+    }
+}
+
+/// Whether a Tier in `state` needs a person: it cannot be written (blocked, denied, forbidden,
+/// not installed), or someone keeps changing it back (contested).
+fn obstructed(state: &TierState) -> bool {
+    crate::metrics::cannot_be_written(state) || matches!(state, TierState::Contested { .. })
+}
+
+/// The [`TIERS_UNOBSTRUCTED`] state of `status`.
+pub(crate) fn tiers_unobstructed_state(status: &Status) -> CheckState {
+    let obstructed: Vec<String> = status
+        .tiers
+        .iter()
+        .filter(|tier| obstructed(&tier.state))
+        .map(describe)
+        .collect();
+    if obstructed.is_empty() {
+        return CheckState::Ok;
+    }
+    CheckState::Failed(format!(
+        "{} of {} desired Tiers cannot be kept as desired: {}",
+        obstructed.len(),
+        status.tiers.len(),
+        obstructed.join("; ")
+    ))
+}
+
 /// The shutdown signal: [`trigger`](Self::trigger) it first thing on SIGTERM, so that the
 /// [`SHUTDOWN`] check fails at once and kube-proxy stops sending traffic while the server
 /// drains. Cheap to clone; all clones share one signal.
@@ -371,15 +421,18 @@ impl Readiness {
         Self::default()
     }
 
-    /// A registry holding the three standard checks: [`TIER_CACHE_SYNCED`] (`cache`) and
-    /// [`SHUTDOWN`] (`shutdown`), required, and [`SYSTEM_TIERS`] (`status`), informational: see
-    /// the [`health`](crate::health) module for why `/readyz` must not wait for it by default.
+    /// A registry holding the four standard checks: [`TIER_CACHE_SYNCED`] (`cache`) and
+    /// [`SHUTDOWN`] (`shutdown`), required, and [`SYSTEM_TIERS`] and [`TIERS_UNOBSTRUCTED`]
+    /// (`status`), informational: see the [`health`](crate::health) module for why `/readyz`
+    /// must not wait for the Tiers by default.
     pub fn standard<S: StatusSource>(status: S, cache: CacheSynced, shutdown: &Shutdown) -> Self {
+        let status = Arc::new(status);
         let readiness = Self::new();
         readiness
             .register(TIER_CACHE_SYNCED, cache)
             .register(SHUTDOWN, shutdown.check())
-            .register_informational(SYSTEM_TIERS, SystemTiers(status));
+            .register_informational(SYSTEM_TIERS, SystemTiers(Arc::clone(&status)))
+            .register_informational(TIERS_UNOBSTRUCTED, TiersUnobstructed(status));
         readiness
     }
 
@@ -630,7 +683,7 @@ where
 mod tests {
     use std::time::Instant;
 
-    use tier_core::{ErrorClass, OutcomeCounts, TierState};
+    use tier_core::{ErrorClass, OutcomeCounts};
 
     use super::*;
 
@@ -705,6 +758,68 @@ mod tests {
     }
 
     #[test]
+    fn tiers_unobstructed_names_what_stands_in_a_tiers_way_after_initialization_too() {
+        let now = Instant::now();
+        let mut status = Status {
+            synced: true,
+            initialized: true,
+            tiers: vec![
+                tier("baseline", TierState::Converged),
+                tier("networkops", TierState::Pending),
+                tier(
+                    "application",
+                    TierState::Retrying {
+                        attempt: 1,
+                        class: ErrorClass::Transient,
+                        error: "connection refused".into(),
+                    },
+                ),
+            ],
+            ..Status::default()
+        };
+        // Converging, or on its way: nothing for a person to do.
+        assert_eq!(tiers_unobstructed_state(&status), CheckState::Ok);
+        status.tiers.push(tier(
+            "org-security",
+            TierState::Denied {
+                since: now,
+                attempt: 4,
+                message: "update to Tier priority is not allowed".into(),
+            },
+        ));
+        status.tiers.push(tier(
+            "platform",
+            TierState::Contested {
+                streak: 3,
+                until: now,
+                by: None,
+            },
+        ));
+        // Latched initialization does not hide it, and the kind stays informational.
+        assert_eq!(system_tiers_state(&status), CheckState::Ok);
+        let CheckState::Failed(reason) = tiers_unobstructed_state(&status) else {
+            panic!("a denied and a contested Tier pass");
+        };
+        assert!(
+            reason
+                .starts_with("2 of 5 desired Tiers cannot be kept as desired: org-security denied"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("update to Tier priority is not allowed; platform contested"),
+            "{reason}"
+        );
+        let (_tx, rx) = watch::channel(status);
+        let cache = CacheSynced::new(Arc::new(tier_core::FixedLister::default()));
+        let readiness = Readiness::standard(rx, cache, &Shutdown::new());
+        assert_eq!(
+            readiness.kind(TIERS_UNOBSTRUCTED),
+            Some(CheckKind::Informational)
+        );
+        assert!(!readiness.state(TIERS_UNOBSTRUCTED).unwrap().is_ok());
+    }
+
+    #[test]
     fn unknown_checks_fail_closed_and_later_registrations_count() {
         let readiness = Readiness::new();
         let gate = readiness.gate(&["later"]);
@@ -740,6 +855,7 @@ mod tests {
                 (TIER_CACHE_SYNCED.to_owned(), CheckKind::Required),
                 (SHUTDOWN.to_owned(), CheckKind::Required),
                 (SYSTEM_TIERS.to_owned(), CheckKind::Informational),
+                (TIERS_UNOBSTRUCTED.to_owned(), CheckKind::Informational),
             ]
         );
         readiness.register("mine", from_fn(|| CheckState::Ok));

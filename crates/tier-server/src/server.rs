@@ -195,11 +195,13 @@ type Labels = [(&'static str, &'static str); 2];
 /// | `tierd_http_connections` | gauge | `server`: connections open now |
 /// | `tierd_http_connections_closed_total` | counter | `server`, `reason` (`shed`, `idle_timeout`, `header_timeout`, `body_timeout`, `body_budget`): connections the server closed |
 /// | `tierd_tls_handshake_failures_total` | counter | `server`, `reason` (`client_hello_timeout`, `timeout`, `error`, `client_certificate` (missing or refused, see [`ClientAuth`](crate::tls::ClientAuth)), `shed`) |
+/// | `tierd_tls_client_certificates_rejected_total` | counter | `server`, `reason` ([`ClientCertRejection::LABELS`](crate::tls::ClientCertRejection::LABELS)): client certificates refused, each also logged with the peer at a bounded rate |
 #[derive(Clone, Debug, Default)]
 pub struct ServerMetrics {
     open: Family<[(&'static str, &'static str); 1], Gauge>,
     closed: Family<Labels, Counter>,
     handshake_failures: Family<Labels, Counter>,
+    client_certificates: crate::tls::ClientCertRejections,
 }
 
 impl ServerMetrics {
@@ -222,6 +224,7 @@ impl ServerMetrics {
             "TLS handshakes that failed, timed out or were shed",
             self.handshake_failures.clone(),
         );
+        self.client_certificates.register(registry);
     }
 
     fn closed(&self, server: &'static str, reason: Closed, n: usize) {
@@ -410,7 +413,16 @@ impl Shared {
             }
             Err(failure) => {
                 self.metrics.handshake_failed(self.name, failure.reason());
-                tracing::debug!(%peer, server = self.name, %failure, "TLS handshake failed");
+                let refused = match &failure {
+                    HandshakeFailure::ClientCertificate(error) => self
+                        .metrics
+                        .client_certificates
+                        .record(self.name, peer, error),
+                    _ => false,
+                };
+                if !refused {
+                    tracing::debug!(%peer, server = self.name, %failure, "TLS handshake failed");
+                }
             }
         }
     }
@@ -573,7 +585,7 @@ enum HandshakeFailure {
     #[error("{0}")]
     Error(#[source] io::Error),
     #[error("client certificate refused: {0}")]
-    ClientCertificate(#[source] io::Error),
+    ClientCertificate(#[source] rustls::Error),
     #[error("shed to admit a newer connection")]
     Shed,
 }
@@ -612,13 +624,12 @@ async fn handshake(
             let rustls = error
                 .get_ref()
                 .and_then(|e| e.downcast_ref::<rustls::Error>());
-            if matches!(
-                rustls,
-                Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
-            ) {
-                HandshakeFailure::ClientCertificate(error)
-            } else {
-                HandshakeFailure::Error(error)
+            match rustls {
+                Some(
+                    refused @ (rustls::Error::InvalidCertificate(_)
+                    | rustls::Error::NoCertificatesPresented),
+                ) => HandshakeFailure::ClientCertificate(refused.clone()),
+                _ => HandshakeFailure::Error(error),
             }
         })
 }

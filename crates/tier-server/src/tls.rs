@@ -19,7 +19,12 @@
 //! must present a client certificate that chains to the CA file (rustls's
 //! [`WebPkiClientVerifier`]: validity, `clientAuth` extended key usage, signatures) and whose
 //! subject CN or one of whose DNS SANs is among the allowed names (default `kube-apiserver`).
-//! Anything else fails the handshake. The CA file is reloaded like the serving certificate: a
+//! Anything else fails the handshake: the connection is closed before a byte of HTTP is read,
+//! counted by reason in `tierd_tls_client_certificates_rejected_total{server, reason}`
+//! ([`ClientCertRejection::LABELS`]) and logged as a warning naming the peer and the reason in
+//! words, at a bounded rate (a burst of 20 lines, then one a second; the next line says how many
+//! were left out), so a caller cannot flood the log. The CA file is reloaded like the serving
+//! certificate: a
 //! changed file that parses replaces the trusted CAs for new connections; one that does not is
 //! refused (logged once per content) and the previous CAs stay in use. Build the configuration
 //! with [`CertReloader::server_config_with_client_auth`]; the probe and metrics ports keep
@@ -46,6 +51,7 @@
 use std::fmt;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -53,6 +59,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use rustls::client::danger::HandshakeSignatureValid;
@@ -570,6 +578,190 @@ struct NameNotAllowed {
     allowed: Vec<String>,
 }
 
+/// Why a client certificate was refused in the handshake: the `reason` label of
+/// `tierd_tls_client_certificates_rejected_total` (a closed set, [`LABELS`](Self::LABELS)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClientCertRejection {
+    /// The client sent no certificate.
+    Missing,
+    /// The certificate does not chain to a CA of the `--client-ca` file (or its signature does
+    /// not verify).
+    Untrusted,
+    /// The certificate has expired.
+    Expired,
+    /// The certificate is not valid yet.
+    NotYetValid,
+    /// The certificate is not for client authentication (no `clientAuth` extended key usage).
+    NotForClients,
+    /// The certificate chains to the CA but names no allowed client (`--client-names`).
+    NameNotAllowed,
+    /// The certificate cannot be parsed, or carries a critical extension nobody handles.
+    Malformed,
+    /// Any other refusal of the certificate (e.g. an unsupported signature algorithm).
+    Other,
+}
+
+impl ClientCertRejection {
+    /// Every label [`as_str`](Self::as_str) can return.
+    pub const LABELS: [&'static str; 8] = [
+        "missing",
+        "untrusted",
+        "expired",
+        "not_yet_valid",
+        "not_for_clients",
+        "name_not_allowed",
+        "malformed",
+        "other",
+    ];
+
+    /// The reason's label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Untrusted => "untrusted",
+            Self::Expired => "expired",
+            Self::NotYetValid => "not_yet_valid",
+            Self::NotForClients => "not_for_clients",
+            Self::NameNotAllowed => "name_not_allowed",
+            Self::Malformed => "malformed",
+            Self::Other => "other",
+        }
+    }
+
+    /// The reason for a handshake that failed with `error`, if it is about the client's
+    /// certificate.
+    pub fn of(error: &rustls::Error) -> Option<Self> {
+        let certificate = match error {
+            rustls::Error::NoCertificatesPresented => return Some(Self::Missing),
+            rustls::Error::InvalidCertificate(certificate) => certificate,
+            _ => return None,
+        };
+        Some(match certificate {
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => Self::Untrusted,
+            CertificateError::Expired | CertificateError::ExpiredContext { .. } => Self::Expired,
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                Self::NotYetValid
+            }
+            CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
+                Self::NotForClients
+            }
+            CertificateError::BadEncoding | CertificateError::UnhandledCriticalExtension => {
+                Self::Malformed
+            }
+            CertificateError::Other(other)
+                if other.0.downcast_ref::<NameNotAllowed>().is_some() =>
+            {
+                Self::NameNotAllowed
+            }
+            _ => Self::Other,
+        })
+    }
+
+    /// What was wrong, in words, and what to check.
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::Missing => "the client sent no certificate, and the webhook port requires one",
+            Self::Untrusted => {
+                "the client certificate is not signed by a CA of the --client-ca file"
+            }
+            Self::Expired => "the client certificate has expired",
+            Self::NotYetValid => "the client certificate is not valid yet (is a clock wrong?)",
+            Self::NotForClients => {
+                "the client certificate is not for client authentication (it lacks the \
+                 clientAuth extended key usage)"
+            }
+            Self::NameNotAllowed => {
+                "the client certificate names no client of --client-names (subject CN and DNS \
+                 SANs)"
+            }
+            Self::Malformed => "the client certificate cannot be parsed or used",
+            Self::Other => "the client certificate was refused",
+        }
+    }
+}
+
+impl fmt::Display for ClientCertRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.words())
+    }
+}
+
+/// Client certificates refused in TLS handshakes: counted by server and reason, and logged
+/// with the peer at a bounded rate (one log budget for every server sharing it: the webhook's
+/// [`LOG_BURST`](crate::webhook::LOG_BURST) lines, then one per
+/// [`LOG_REFILL`](crate::webhook::LOG_REFILL)). Cheap to clone; clones share the counts and the
+/// budget. Held by [`ServerMetrics`](crate::server::ServerMetrics), which registers it.
+#[derive(Clone, Debug)]
+pub(crate) struct ClientCertRejections {
+    counts: Family<[(&'static str, &'static str); 2], Counter>,
+    log: Arc<Mutex<crate::webhook::LogBudget>>,
+}
+
+impl Default for ClientCertRejections {
+    fn default() -> Self {
+        Self {
+            counts: Family::default(),
+            log: Arc::new(Mutex::new(crate::webhook::LogBudget::new())),
+        }
+    }
+}
+
+impl ClientCertRejections {
+    /// Registers `tls_client_certificates_rejected` in `registry` (already under the `tierd_`
+    /// prefix).
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "tls_client_certificates_rejected",
+            "Client certificates the webhook's TLS handshake refused (--client-ca), by reason",
+            self.counts.clone(),
+        );
+    }
+
+    /// Counts a handshake of `server` with `peer` that failed with `error`, and logs it if the
+    /// budget allows; `false` (nothing done) when the error is not about the client's
+    /// certificate.
+    pub(crate) fn record(
+        &self,
+        server: &'static str,
+        peer: SocketAddr,
+        error: &rustls::Error,
+    ) -> bool {
+        let Some(rejection) = ClientCertRejection::of(error) else {
+            return false;
+        };
+        let labels = [("server", server), ("reason", rejection.as_str())];
+        self.counts.get_or_create(&labels).inc();
+        let now = tokio::time::Instant::now().into_std();
+        let allowed = self
+            .log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take(now);
+        let Some(suppressed) = allowed else {
+            return true;
+        };
+        if suppressed > 0 {
+            tracing::warn!(
+                server,
+                suppressed,
+                "{suppressed} more refused client certificates were not logged (at most {} at \
+                 once, then one per {:?}); tierd_tls_client_certificates_rejected_total counts \
+                 every one",
+                crate::webhook::LOG_BURST,
+                crate::webhook::LOG_REFILL,
+            );
+        }
+        tracing::warn!(
+            %peer,
+            server,
+            reason = rejection.as_str(),
+            detail = %error,
+            "refused a TLS connection: {rejection}"
+        );
+        true
+    }
+}
+
 /// At most 64 characters of a name from a certificate, for errors and logs.
 fn truncate(name: &str) -> String {
     match name.char_indices().nth(64) {
@@ -753,5 +945,126 @@ where
             _ = ticks.tick() => {}
         }
         tick().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+
+    /// A writer collecting what a scoped subscriber logs.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_certificate_error_has_a_bounded_reason() {
+        use rustls::Error;
+
+        let name = Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(
+            NameNotAllowed {
+                presented: vec!["evil".into()],
+                allowed: vec!["kube-apiserver".into()],
+            },
+        ))));
+        let cases = [
+            (Error::NoCertificatesPresented, "missing"),
+            (
+                Error::InvalidCertificate(CertificateError::UnknownIssuer),
+                "untrusted",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::BadSignature),
+                "untrusted",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::Expired),
+                "expired",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::NotValidYet),
+                "not_yet_valid",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::InvalidPurpose),
+                "not_for_clients",
+            ),
+            (
+                Error::InvalidCertificate(CertificateError::BadEncoding),
+                "malformed",
+            ),
+            (name, "name_not_allowed"),
+            (
+                Error::InvalidCertificate(CertificateError::Revoked),
+                "other",
+            ),
+        ];
+        for (error, label) in cases {
+            let reason = ClientCertRejection::of(&error).unwrap();
+            assert_eq!(reason.as_str(), label, "{error}");
+            assert!(ClientCertRejection::LABELS.contains(&label));
+        }
+        assert_eq!(ClientCertRejection::of(&Error::DecryptError), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_certificates_are_all_counted_but_logged_at_a_bounded_rate() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let rejections = ClientCertRejections::default();
+        let mut registry = Registry::default();
+        rejections.register(&mut registry);
+        let peer: SocketAddr = ([10, 0, 0, 7], 40_000).into();
+        let untrusted = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        // A caller hammering the port: 1000 refusals at one instant.
+        for _ in 0..1000 {
+            assert!(rejections.record("webhook", peer, &untrusted));
+        }
+        assert!(!rejections.record("webhook", peer, &rustls::Error::DecryptError));
+        let logged = |lines: &Lines| String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let text = logged(&lines);
+        let refused = text.matches("refused a TLS connection").count();
+        assert_eq!(refused, usize::try_from(crate::webhook::LOG_BURST).unwrap());
+        assert!(text.contains("peer=10.0.0.7:40000"), "{text}");
+        assert!(text.contains("reason=\"untrusted\"") || text.contains("reason=untrusted"));
+        assert!(
+            text.contains("not signed by a CA of the --client-ca file"),
+            "{text}"
+        );
+        // One period later: one more line, saying how many were left out.
+        tokio::time::advance(crate::webhook::LOG_REFILL).await;
+        assert!(rejections.record("webhook", peer, &untrusted));
+        let text = logged(&lines);
+        assert!(
+            text.contains("980 more refused client certificates were not logged"),
+            "{text}"
+        );
+        assert_eq!(text.matches("refused a TLS connection").count(), 21);
+        let mut scraped = String::new();
+        prometheus_client::encoding::text::encode(&mut scraped, &registry).unwrap();
+        assert!(
+            scraped.contains(
+                "tls_client_certificates_rejected_total{server=\"webhook\",reason=\"untrusted\"} 1001"
+            ),
+            "{scraped}"
+        );
     }
 }

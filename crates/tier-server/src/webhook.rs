@@ -335,14 +335,14 @@ impl ReservationTable {
 /// A token bucket for log lines: [`LOG_BURST`] at once, then one per [`LOG_REFILL`], counting
 /// what it turns away. Pure: time comes in as values.
 #[derive(Debug)]
-struct LogBudget {
+pub(crate) struct LogBudget {
     tokens: u64,
     refilled: Option<Instant>,
     suppressed: u64,
 }
 
 impl LogBudget {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             tokens: LOG_BURST,
             refilled: None,
@@ -352,7 +352,7 @@ impl LogBudget {
 
     /// `Some(n)` when a line may be logged at `now` (`n` lines were suppressed since the last
     /// one), `None` when it must not (it is counted).
-    fn take(&mut self, now: Instant) -> Option<u64> {
+    pub(crate) fn take(&mut self, now: Instant) -> Option<u64> {
         let last = *self.refilled.get_or_insert(now);
         let periods = now.saturating_duration_since(last).as_nanos() / LOG_REFILL.as_nanos();
         if periods > 0 {

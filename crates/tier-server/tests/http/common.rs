@@ -200,3 +200,40 @@ pub fn samples(text: &str) -> BTreeMap<String, String> {
         })
         .collect()
 }
+
+thread_local! {
+    static CAPTURED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Starts capturing what this thread logs at INFO and above (from now until
+/// [`captured_logs`]). One global subscriber writes each thread's lines to that thread's buffer
+/// (a scoped subscriber per test races with tracing's callsite cache when tests run in
+/// parallel); a current-thread tokio test sees the lines of every task it spawned.
+pub fn capture_logs() {
+    struct ThisThread;
+    impl std::io::Write for ThisThread {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            CAPTURED.with(|c| c.borrow_mut().extend_from_slice(bytes));
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(|| ThisThread)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+    CAPTURED.with(|c| c.borrow_mut().clear());
+}
+
+/// What this thread logged since [`capture_logs`].
+pub fn captured_logs() -> String {
+    let text = CAPTURED.with(|c| String::from_utf8(std::mem::take(&mut *c.borrow_mut())));
+    text.unwrap()
+}

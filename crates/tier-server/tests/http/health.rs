@@ -51,9 +51,15 @@ const TIERS_WAITING: &str = "[-]system-tiers failed (informational): system Tier
                              initialized: baseline blocked: priority 253 is held by Tier mine; \
                              application pending\n";
 
-/// The same before the first list.
+/// The informational `tiers-unobstructed` line for [`synced`]: what stands in a Tier's way.
+const TIERS_OBSTRUCTED: &str = "[-]tiers-unobstructed failed (informational): 1 of 3 desired \
+                                Tiers cannot be kept as desired: baseline blocked: priority 253 \
+                                is held by Tier mine\n";
+
+/// The same before the first list: `system-tiers` waits, nothing is in a Tier's way.
 const TIERS_UNSYNCED: &str = "[-]system-tiers failed (informational): the Tier cache has not \
-                              completed its first list\n";
+                              completed its first list\n\
+                              [+]tiers-unobstructed ok (informational)\n";
 
 fn synced() -> Status {
     Status {
@@ -88,7 +94,10 @@ async fn readyz_passes_plain_and_verbose() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(
         reply.body,
-        format!("[+]tier-cache-synced ok\n[+]shutdown ok\n{TIERS_WAITING}readyz check passed\n")
+        format!(
+            "[+]tier-cache-synced ok\n[+]shutdown ok\n{TIERS_WAITING}{TIERS_OBSTRUCTED}readyz \
+             check passed\n"
+        )
     );
     server.stop().await.unwrap();
 }
@@ -181,6 +190,57 @@ async fn readyz_single_check_includes_checks_outside_the_set() {
 }
 
 #[tokio::test]
+async fn after_initialization_readyz_verbose_still_names_a_denied_tier_and_stays_ready() {
+    let f = fixture();
+    let mut status = synced();
+    status.initialized = true;
+    status.tiers[0].state = TierState::Denied {
+        since: Instant::now(),
+        attempt: 4,
+        message: "update to Tier priority is not allowed".into(),
+    };
+    f.send(status);
+    let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
+    // Ready: the webhook stays in its Service.
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+    let reply = get(server.addr, "/readyz?verbose").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(
+        reply.body.contains(
+            "[+]system-tiers ok (informational)\n\
+             [-]tiers-unobstructed failed (informational): 1 of 3 desired Tiers cannot be kept \
+             as desired: baseline denied"
+        ),
+        "{}",
+        reply.body
+    );
+    assert!(
+        reply
+            .body
+            .contains("update to Tier priority is not allowed"),
+        "{}",
+        reply.body
+    );
+    let reply = get(server.addr, "/readyz/tiers-unobstructed").await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    // Once nothing is in the way, the line passes.
+    let mut status = synced();
+    status.initialized = true;
+    status.tiers[0].state = TierState::Converged;
+    f.send(status);
+    let reply = get(server.addr, "/readyz?verbose").await;
+    assert!(
+        reply
+            .body
+            .contains("[+]tiers-unobstructed ok (informational)\n"),
+        "{}",
+        reply.body
+    );
+    server.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_registered_check_joins_readyz_in_one_step() {
     let f = fixture();
     f.send(synced());
@@ -251,8 +311,8 @@ async fn shutdown_fails_readiness_at_once_but_not_liveness() {
     assert_eq!(
         reply.body,
         format!(
-            "[+]tier-cache-synced ok\n[-]shutdown failed: shutting down\n{TIERS_WAITING}readyz \
-             check failed\n"
+            "[+]tier-cache-synced ok\n[-]shutdown failed: shutting down\n{TIERS_WAITING}\
+             {TIERS_OBSTRUCTED}readyz check failed\n"
         )
     );
     let reply = get(server.addr, "/livez").await;
@@ -381,7 +441,7 @@ async fn policy_cache_checks_are_listed_but_never_fail_readyz() {
     assert_eq!(
         reply.body,
         format!(
-            "[+]tier-cache-synced ok\n[+]shutdown ok\n{TIERS_WAITING}\
+            "[+]tier-cache-synced ok\n[+]shutdown ok\n{TIERS_WAITING}{TIERS_OBSTRUCTED}\
          [-]acnp-cache-synced failed (informational): listing: 403 Forbidden\n\
          [+]annp-cache-synced ok (informational)\nreadyz check passed\n"
         )

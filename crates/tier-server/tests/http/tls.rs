@@ -249,6 +249,16 @@ fn ca(name: &str) -> Ca {
 
 /// A client certificate (clientAuth) signed by `ca` with subject CN `cn` and DNS SANs `sans`.
 fn client_cert(ca: &Ca, cn: &str, sans: &[&str]) -> (CertificateDer<'static>, Vec<u8>) {
+    client_cert_shaped(ca, cn, sans, |_| {})
+}
+
+/// [`client_cert`], its parameters changed by `shape` before signing.
+fn client_cert_shaped(
+    ca: &Ca,
+    cn: &str,
+    sans: &[&str],
+    shape: impl FnOnce(&mut rcgen::CertificateParams),
+) -> (CertificateDer<'static>, Vec<u8>) {
     let mut params =
         rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
             .unwrap();
@@ -256,6 +266,7 @@ fn client_cert(ca: &Ca, cn: &str, sans: &[&str]) -> (CertificateDer<'static>, Ve
         .distinguished_name
         .push(rcgen::DnType::CommonName, cn);
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    shape(&mut params);
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = params.signed_by(&key, &ca.issuer).unwrap();
     (cert.der().clone(), key.serialize_der())
@@ -362,6 +373,104 @@ async fn client_auth_admits_only_allowed_names_chained_to_the_ca() {
             "tierd_tls_handshake_failures_total{server=\"webhook\",reason=\"client_certificate\"} 3"
         ),
         "{text}"
+    );
+    server.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_refused_client_certificate_is_counted_by_reason_and_logged_with_the_peer() {
+    let dir = temp_dir();
+    let files = files_in(&dir);
+    let server_cert = self_signed();
+    write(&files, &server_cert.cert_pem, &server_cert.key_pem);
+    let reloader = CertReloader::load(files).await.unwrap();
+    let (trusted, other) = (ca("trusted"), ca("other"));
+    let ca_file = dir.join("client-ca.crt");
+    std::fs::write(&ca_file, &trusted.pem).unwrap();
+    let client = tier_server::tls::ClientAuth::load(&ca_file, ["kube-apiserver".to_owned()])
+        .await
+        .unwrap();
+    let metrics = tier_server::server::ServerMetrics::default();
+    let mut registry = prometheus_client::registry::Registry::default();
+    metrics.register(&mut registry);
+    let server = serve_with_client_auth(&reloader, &client, metrics).await;
+    let root = &server_cert.der;
+    crate::common::capture_logs();
+
+    let untrusted = client_cert(&other, "kube-apiserver", &[]);
+    let wrong_name = client_cert(&trusted, "system:node:evil", &["evil.example"]);
+    let server_only = client_cert_shaped(&trusted, "kube-apiserver", &[], |params| {
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    });
+    let expired = client_cert_shaped(&trusted, "kube-apiserver", &[], |params| {
+        params.not_before = rcgen::date_time_ymd(2001, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2002, 1, 1);
+    });
+    let cases = [
+        (None, "missing", "the client sent no certificate"),
+        (
+            Some(&untrusted),
+            "untrusted",
+            "not signed by a CA of the --client-ca file",
+        ),
+        (
+            Some(&wrong_name),
+            "name_not_allowed",
+            "names no client of --client-names",
+        ),
+        (
+            Some(&server_only),
+            "not_for_clients",
+            "lacks the clientAuth extended key usage",
+        ),
+        (Some(&expired), "expired", "has expired"),
+    ];
+    for (cert, reason, _) in &cases {
+        let reply = get_as(server.addr, root, *cert).await;
+        assert!(!admitted(&reply), "{reason}: {reply:?}");
+    }
+    // The server counts a refusal as its handshake ends, a moment after the client saw it.
+    let scrape = || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    };
+    for _ in 0..500 {
+        if scrape().contains("reason=\"client_certificate\"} 5") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let text = scrape();
+    let logged = crate::common::captured_logs();
+    for (_, reason, words) in &cases {
+        let sample = format!(
+            "tierd_tls_client_certificates_rejected_total{{server=\"webhook\",reason=\"{reason}\"}} 1"
+        );
+        assert!(text.contains(&sample), "{sample} not in\n{text}");
+        let line = logged
+            .lines()
+            .find(|line| line.contains(words))
+            .unwrap_or_else(|| panic!("no log line says {words:?}:\n{logged}"));
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(line.contains("peer=127.0.0.1:"), "{line}");
+        assert!(line.contains("server=\"webhook\""), "{line}");
+        assert!(line.contains(reason), "{line}");
+    }
+    // The name check says which names were presented and which are allowed.
+    assert!(
+        logged.contains("system:node:evil") && logged.contains("kube-apiserver"),
+        "{logged}"
+    );
+    // An admitted client is neither counted nor logged.
+    let right = client_cert(&trusted, "kube-apiserver", &[]);
+    assert!(admitted(&get_as(server.addr, root, Some(&right)).await));
+    assert_eq!(
+        scrape()
+            .matches("tierd_tls_client_certificates_rejected_total{")
+            .count(),
+        5
     );
     server.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);

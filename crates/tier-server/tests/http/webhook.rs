@@ -769,37 +769,12 @@ async fn the_table_stays_bounded_under_100k_distinct_forged_names() {
     f.server.stop().await.unwrap();
 }
 
-thread_local! {
-    static CAPTURED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Everything logged at INFO and above by this thread while `run` runs. One global subscriber
-/// writes each thread's lines to that thread's buffer (a scoped subscriber per test races with
-/// tracing's callsite cache when tests run in parallel).
+/// Everything logged at INFO and above by this thread while `run` runs
+/// ([`crate::common::capture_logs`]).
 fn logs_of<T>(run: impl FnOnce() -> T) -> (T, String) {
-    struct ThisThread;
-    impl std::io::Write for ThisThread {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            CAPTURED.with(|c| c.borrow_mut().extend_from_slice(bytes));
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_writer(|| ThisThread)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-    });
-    CAPTURED.with(|c| c.borrow_mut().clear());
+    crate::common::capture_logs();
     let out = run();
-    let text = CAPTURED.with(|c| String::from_utf8(std::mem::take(&mut *c.borrow_mut())));
-    (out, text.unwrap())
+    (out, crate::common::captured_logs())
 }
 
 #[tokio::test]
