@@ -29,6 +29,12 @@
 //! plan says when `ensure` would meet a denial instead of promising a create that cannot happen.
 //! Updates are not predicted: whether a priority change is allowed depends on the user `ensure`
 //! runs as, which plan cannot know.
+//!
+//! # One source for the fields that differ
+//!
+//! Which fields an update changes comes from the core's decision ([`tier_core::decide`], the
+//! controller's [`Controller::drift`]): the same list the daemon's `Corrected` Event names.
+//! A controller's [`Planned`] impl only puts each field in words.
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -37,7 +43,7 @@ use serde::Serialize;
 use tier_core::admission::{AdmissionPolicy, Request, review};
 use tier_core::calico::{self, Calico, DefaultAction};
 use tier_core::{
-    Antrea, Controller, Decision, DesiredSet, DesiredTier, Observed, ObservedTier, Snapshot,
+    Antrea, Controller, Decision, DesiredSet, DesiredTier, Drift, Observed, ObservedTier, Snapshot,
     TierSpec, decide,
 };
 
@@ -105,6 +111,10 @@ pub struct Record<F = Fields> {
     pub reason: String,
     /// Set when the write would be refused.
     pub blocked: Option<Blocked>,
+    /// The fields an update changes, from the core's decision (empty unless the action is an
+    /// update); not part of the record's JSON (`reason` says it in words).
+    #[serde(skip)]
+    pub drift: Drift,
 }
 
 /// What the plan knows of one controller's Tier: its fields as a record shows them, and who
@@ -116,8 +126,9 @@ pub trait Planned: Controller {
     fn desired_fields(spec: &Self::Spec) -> Self::Fields;
     /// The fields of an observed Tier.
     fn observed_fields(observed: &Self::Observed) -> Self::Fields;
-    /// Every field that differs: its name and, in words, what it is and should be.
-    fn differences(desired: &Self::Fields, observed: &Self::Fields) -> Vec<(&'static str, String)>;
+    /// The field `field` (one the core's [`Controller::drift`] names) in words: what it is and
+    /// should be.
+    fn difference(field: &str, desired: &Self::Fields, observed: &Self::Fields) -> String;
     /// The table's DESIRED and OBSERVED cell.
     fn cell(fields: &Self::Fields) -> String;
     /// Why the controller's admission would refuse creating `spec` in `snapshot` (the reason
@@ -146,27 +157,18 @@ impl Planned for Antrea {
         }
     }
 
-    fn differences(desired: &Fields, observed: &Fields) -> Vec<(&'static str, String)> {
-        let mut what = Vec::new();
-        if desired.priority != observed.priority {
-            what.push((
-                "priority",
-                format!(
-                    "priority is {}, want {}",
-                    observed.priority, desired.priority
-                ),
-            ));
+    fn difference(field: &str, desired: &Fields, observed: &Fields) -> String {
+        match field {
+            "priority" => format!(
+                "priority is {}, want {}",
+                observed.priority, desired.priority
+            ),
+            "description" => format!(
+                "description is {:?}, want {:?}",
+                observed.description, desired.description
+            ),
+            other => format!("{other} differs"),
         }
-        if desired.description != observed.description {
-            what.push((
-                "description",
-                format!(
-                    "description is {:?}, want {:?}",
-                    observed.description, desired.description
-                ),
-            ));
-        }
-        what
     }
 
     fn cell(fields: &Fields) -> String {
@@ -247,28 +249,19 @@ impl Planned for Calico {
         }
     }
 
-    fn differences(desired: &CalicoFields, observed: &CalicoFields) -> Vec<(&'static str, String)> {
-        let mut what = Vec::new();
-        if desired.order != observed.order {
-            what.push((
-                "order",
-                format!(
-                    "order is {}, want {}",
-                    order_cell(observed.order),
-                    order_cell(desired.order)
-                ),
-            ));
+    fn difference(field: &str, desired: &CalicoFields, observed: &CalicoFields) -> String {
+        match field {
+            "order" => format!(
+                "order is {}, want {}",
+                order_cell(observed.order),
+                order_cell(desired.order)
+            ),
+            "defaultAction" => format!(
+                "defaultAction is {}, want {}",
+                observed.default_action, desired.default_action
+            ),
+            other => format!("{other} differs"),
         }
-        if desired.default_action != observed.default_action {
-            what.push((
-                "defaultAction",
-                format!(
-                    "defaultAction is {}, want {}",
-                    observed.default_action, desired.default_action
-                ),
-            ));
-        }
-        what
     }
 
     fn cell(fields: &CalicoFields) -> String {
@@ -314,12 +307,18 @@ pub fn records<C: Planned>(
                 _ => None,
             };
             let desired_fields = C::desired_fields(tier);
-            let (action, reason, blocked) = match (decide(tier, &observed), &fields) {
+            let decision = decide(tier, &observed);
+            let drift = match &decision {
+                Decision::Update { drift, .. } => drift.clone(),
+                _ => Drift::default(),
+            };
+            let (action, reason, blocked) = match (decision, &fields) {
                 (Decision::InSync, _) => (Action::None, "in sync".to_owned(), None),
-                (Decision::Update { .. }, Some(o)) => {
-                    let what: Vec<String> = C::differences(&desired_fields, o)
-                        .into_iter()
-                        .map(|(_, words)| words)
+                (Decision::Update { drift, .. }, Some(o)) => {
+                    let what: Vec<String> = drift
+                        .fields()
+                        .iter()
+                        .map(|field| C::difference(field, &desired_fields, o))
                         .collect();
                     (Action::Update, what.join("; "), None)
                 }
@@ -343,6 +342,7 @@ pub fn records<C: Planned>(
                 action,
                 reason,
                 blocked,
+                drift,
             }
         })
         .collect()
@@ -390,14 +390,10 @@ pub fn table<C: Planned>(records: &[Record<C::Fields>]) -> String {
             (Action::None, _, _) => "none (in sync)".to_owned(),
             (Action::Create, _, None) => "create".to_owned(),
             (action, _, Some(_)) => format!("{} {}", action.as_str(), record.reason),
-            (Action::Update, Some(o), None) => {
-                let what: Vec<&str> = C::differences(&record.desired, o)
-                    .into_iter()
-                    .map(|(field, _)| field)
-                    .collect();
-                format!("update {}", what.join(" and "))
+            (Action::Update, _, None) if !record.drift.is_empty() => {
+                format!("update {}", record.drift)
             }
-            (Action::Update, None, None) => "update".to_owned(),
+            (Action::Update, _, None) => "update".to_owned(),
             (Action::Unknown, _, None) => "unknown (cache not synced)".to_owned(),
         };
         let _ = writeln!(
@@ -506,6 +502,10 @@ mod tests {
         assert_eq!(records[5].reason, "missing");
         assert_eq!(records[5].blocked, None);
         assert_eq!(records[0].observed.as_ref().map(|o| o.priority), Some(253));
+        // The fields come from the core's decision, as the daemon's Corrected Event names them.
+        assert_eq!(records[1].drift.fields(), ["priority"]);
+        assert_eq!(records[2].drift.fields(), ["description"]);
+        assert!(records[0].drift.is_empty());
     }
 
     #[test]

@@ -186,6 +186,10 @@ impl<'a> Request<'a> {
     }
 }
 
+/// Antrea's answer to a priority change by anyone but its controller, word for word (the rule
+/// [`Controller::explain_denial`](crate::Controller::explain_denial) recognises for Antrea).
+pub const PRIORITY_UPDATE_DENIED: &str = "update to Tier priority is not allowed";
+
 /// A denied request; the message is Antrea's, word for word, for Antrea's rules.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -252,7 +256,7 @@ pub fn review<'a>(
             ..
         } => {
             if old_priority != new_priority && user != policy.controller_user {
-                return Err(Denial("update to Tier priority is not allowed".to_owned()));
+                return Err(Denial(PRIORITY_UPDATE_DENIED.to_owned()));
             }
             Ok(())
         }

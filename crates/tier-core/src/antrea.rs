@@ -5,7 +5,7 @@
 use crate::admission::{self, AdmissionPolicy, Request};
 use crate::controller::{CachedTier, Controller, DesiredTier};
 use crate::machine::Blocker;
-use crate::observe::{FieldWriter, Snapshot};
+use crate::observe::{Drift, FieldWriter, Snapshot};
 use crate::spec::{TierSpec, ValidationRules, Violation};
 
 /// Antrea's Tiers (`crd.antrea.io`): an integer priority 0..=255, unique, and a description.
@@ -57,7 +57,26 @@ impl CachedTier for ObservedTier {
 /// Whether `observed` carries exactly the priority and description of `desired` (an absent
 /// description is observed as empty).
 pub fn in_sync(desired: &TierSpec, observed: &ObservedTier) -> bool {
-    desired.priority == observed.priority && desired.description == observed.description
+    Antrea::drift(desired, observed).is_empty()
+}
+
+/// Antrea's priority rule in words, with the fix, for a denial of `desired`'s correction
+/// (`observed` as the cache shows it).
+fn priority_rule(desired: &TierSpec, observed: Option<&ObservedTier>) -> String {
+    let name = &desired.name;
+    let want = desired.priority;
+    let (from, keep) = match observed {
+        Some(tier) if tier.priority != want => (
+            format!(" from priority {} to {want}", tier.priority),
+            format!("set priority {} for it", tier.priority),
+        ),
+        _ => (String::new(), "give it the priority it has".to_owned()),
+    };
+    format!(
+        "Antrea lets only antrea-controller change a Tier's priority, so tierd cannot move Tier \
+         {name}{from}: delete the Tier (`kubectl delete tier {name}`, once no policy uses it) \
+         and tierd re-creates it at priority {want}, or {keep} in the Tiers file"
+    )
 }
 
 /// What `policy` says about creating `spec` given `snapshot`: `None` if the create would pass,
@@ -111,10 +130,25 @@ impl Controller for Antrea {
     type Rules = ValidationRules;
 
     const NAME: &'static str = "Antrea";
-    const ENSURED_FIELDS: &'static str = "priority and description";
 
-    fn in_sync(desired: &TierSpec, observed: &ObservedTier) -> bool {
-        in_sync(desired, observed)
+    fn drift(desired: &TierSpec, observed: &ObservedTier) -> Drift {
+        Drift::of([
+            ("priority", desired.priority != observed.priority),
+            ("description", desired.description != observed.description),
+        ])
+    }
+
+    /// Antrea's webhook lets only antrea-controller change a priority
+    /// ([`admission::PRIORITY_UPDATE_DENIED`]): waiting does not help, deleting the Tier (or
+    /// changing the desired priority) does.
+    fn explain_denial(
+        desired: &TierSpec,
+        observed: Option<&ObservedTier>,
+        message: &str,
+    ) -> Option<String> {
+        message
+            .contains(admission::PRIORITY_UPDATE_DENIED)
+            .then(|| priority_rule(desired, observed))
     }
 
     fn expected(desired: &TierSpec) -> ObservedTier {
@@ -141,5 +175,62 @@ impl Controller for Antrea {
 
     fn default_admission() -> Option<AdmissionPolicy> {
         Some(AdmissionPolicy::antrea(String::new()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observed(priority: i64, description: &str) -> ObservedTier {
+        ObservedTier {
+            name: "org-security".into(),
+            priority,
+            description: description.into(),
+            resource_version: "1".into(),
+            last_writer: None,
+        }
+    }
+
+    #[test]
+    fn drift_names_the_fields_that_differ() {
+        let want = TierSpec::new("org-security", 90, "d");
+        assert!(Antrea::drift(&want, &observed(90, "d")).is_empty());
+        assert!(in_sync(&want, &observed(90, "d")));
+        assert_eq!(
+            Antrea::drift(&want, &observed(90, "x")).fields(),
+            ["description"]
+        );
+        assert_eq!(
+            Antrea::drift(&want, &observed(95, "d")).fields(),
+            ["priority"]
+        );
+        assert_eq!(
+            Antrea::drift(&want, &observed(95, "x")).fields(),
+            ["priority", "description"]
+        );
+    }
+
+    #[test]
+    fn the_priority_rule_is_explained_with_the_fix() {
+        let want = TierSpec::new("org-security", 90, "d");
+        let message = "admission webhook \"tiervalidator.antrea.io\" denied the request: update \
+                       to Tier priority is not allowed";
+        let words = Antrea::explain_denial(&want, Some(&observed(95, "d")), message).unwrap();
+        assert_eq!(
+            words,
+            "Antrea lets only antrea-controller change a Tier's priority, so tierd cannot move \
+             Tier org-security from priority 95 to 90: delete the Tier (`kubectl delete tier \
+             org-security`, once no policy uses it) and tierd re-creates it at priority 90, or \
+             set priority 95 for it in the Tiers file"
+        );
+        assert_eq!(
+            Antrea::explain_denial(
+                &want,
+                None,
+                "tier x priority 90 overlaps with existing Tier"
+            ),
+            None
+        );
     }
 }

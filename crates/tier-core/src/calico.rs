@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::admission::Denial;
 use crate::controller::{CachedTier, Controller, DesiredTier};
 use crate::machine::Blocker;
-use crate::observe::{FieldWriter, Snapshot};
+use crate::observe::{Drift, FieldWriter, Snapshot};
 use crate::spec::{Checker, DesiredSet, Rule, Violation, check_dns1123_label};
 
 /// Calico's Tiers (`projectcalico.org/v3`, kind `Tier`).
@@ -169,7 +169,7 @@ impl DesiredSet<Calico> {
 /// Whether `observed` carries exactly the order and default action of `desired`. Orders compare
 /// exactly; an absent order equals only an absent one.
 pub fn in_sync(desired: &TierSpec, observed: &ObservedTier) -> bool {
-    desired.order == observed.order && desired.default_action == observed.default_action
+    Calico::drift(desired, observed).is_empty()
 }
 
 /// An order as Kubernetes prints a number (`1000`, `0.5`), or `null` when absent.
@@ -305,10 +305,17 @@ impl Controller for Calico {
     type Rules = Rules;
 
     const NAME: &'static str = "Calico";
-    const ENSURED_FIELDS: &'static str = "order and default action";
 
-    fn in_sync(desired: &TierSpec, observed: &ObservedTier) -> bool {
-        in_sync(desired, observed)
+    /// `order` (compared exactly; an absent order equals only an absent one) and
+    /// `defaultAction`, as the API names them.
+    fn drift(desired: &TierSpec, observed: &ObservedTier) -> Drift {
+        Drift::of([
+            ("order", desired.order != observed.order),
+            (
+                "defaultAction",
+                desired.default_action != observed.default_action,
+            ),
+        ])
     }
 
     fn expected(desired: &TierSpec) -> ObservedTier {
@@ -472,20 +479,22 @@ mod tests {
         let at = |order| TierSpec::new("t", order, DefaultAction::Deny);
         let deny = DefaultAction::Deny;
         assert_eq!(decide(&at(None), &observed(None, deny)), Decision::InSync);
-        let update = Decision::Update {
+        let update = |field: &'static str| Decision::Update {
             resource_version: "7".into(),
+            drift: Drift::of([(field, true)]),
         };
-        assert_eq!(decide(&at(None), &observed(Some(0.0), deny)), update);
-        assert_eq!(decide(&at(Some(0.0)), &observed(None, deny)), update);
+        let order = update("order");
+        assert_eq!(decide(&at(None), &observed(Some(0.0), deny)), order);
+        assert_eq!(decide(&at(Some(0.0)), &observed(None, deny)), order);
         assert_eq!(
             decide(&at(Some(1.5)), &observed(Some(1.5), deny)),
             Decision::InSync
         );
         let next = f64::from_bits(1.5f64.to_bits() + 1);
-        assert_eq!(decide(&at(Some(1.5)), &observed(Some(next), deny)), update);
+        assert_eq!(decide(&at(Some(1.5)), &observed(Some(next), deny)), order);
         assert_eq!(
             decide(&at(Some(1.5)), &observed(Some(1.5), DefaultAction::Pass)),
-            update
+            update("defaultAction")
         );
     }
 

@@ -3,14 +3,16 @@
 //! The machine, the fleet, the observation and the driver know only these traits. Each
 //! controller is a marker type implementing [`Controller`]: [`Antrea`](crate::Antrea) (the
 //! default of every generic type) and [`Calico`](crate::calico::Calico). What differs between
-//! them is data and rules: the fields tierd ensures and how they compare ([`Controller::in_sync`]),
-//! the validation of a desired set ([`Controller::validate`]) and the prediction of the
-//! controller's admission ([`Controller::predict`]).
+//! them is data and rules: the fields tierd ensures and which of them differ
+//! ([`Controller::drift`], from which [`Controller::in_sync`] follows), the validation of a
+//! desired set ([`Controller::validate`]), the prediction of the controller's admission
+//! ([`Controller::predict`]) and the words for a denial it recognises
+//! ([`Controller::explain_denial`]).
 
 use std::fmt::Debug;
 
 use crate::machine::Blocker;
-use crate::observe::{FieldWriter, Snapshot};
+use crate::observe::{Drift, FieldWriter, Snapshot};
 use crate::spec::Violation;
 
 /// A desired Tier of some controller: its name and the fields tierd ensures.
@@ -46,11 +48,29 @@ pub trait Controller: Copy + Debug + Default + PartialEq + Eq + Send + Sync + 's
 
     /// The controller's name, as people read it: `Antrea`, `Calico`.
     const NAME: &'static str;
-    /// The fields tierd ensures, in words: `priority and description`.
-    const ENSURED_FIELDS: &'static str;
 
-    /// Whether `observed` carries exactly the ensured fields of `desired`.
-    fn in_sync(desired: &Self::Spec, observed: &Self::Observed) -> bool;
+    /// The ensured fields of `observed` that differ from `desired`'s, named as the API names
+    /// them: the one comparison behind [`in_sync`](Self::in_sync), the decision, the
+    /// `Corrected` event and `tierd plan`.
+    fn drift(desired: &Self::Spec, observed: &Self::Observed) -> Drift;
+
+    /// Whether `observed` carries exactly the ensured fields of `desired` (no [`drift`](Self::drift)).
+    fn in_sync(desired: &Self::Spec, observed: &Self::Observed) -> bool {
+        Self::drift(desired, observed).is_empty()
+    }
+
+    /// Words for a denial of a write of `desired` (observed as `observed`) whose cause the
+    /// controller recognises in the server's `message`: a rule that retrying cannot pass, said
+    /// in words with the fix. `None` (the default) for any other denial, which tierd takes for
+    /// an admission webhook whose view lags its own.
+    fn explain_denial(
+        desired: &Self::Spec,
+        observed: Option<&Self::Observed>,
+        message: &str,
+    ) -> Option<String> {
+        let _ = (desired, observed, message);
+        None
+    }
 
     /// How the cache will show `desired` once created (empty resourceVersion, no writer).
     fn expected(desired: &Self::Spec) -> Self::Observed;

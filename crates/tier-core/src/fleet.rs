@@ -222,15 +222,15 @@ impl<C: Controller> Fleet<C> {
         &self.machines
     }
 
-    /// Input: the cache's current view. Each machine gets its Tier's observation, and each
-    /// machine that needs a create gets the prediction of the admission rules.
+    /// Input: the cache's current view. Each machine gets its Tier's observation and the
+    /// deletions the lister saw ([`TierMachine::handle_snapshot`]), and each machine that needs
+    /// a create gets the prediction of the admission rules.
     pub fn handle_snapshot(&mut self, snapshot: &Snapshot<C>, now: Instant) {
         self.snapshot = snapshot.clone();
         self.synced |= snapshot.is_synced();
         self.generation = self.generation.max(snapshot.generation);
         for machine in &mut self.machines {
-            let observed = snapshot.observe(machine.spec().name());
-            machine.handle_observation(observed, snapshot.generation, now);
+            machine.handle_snapshot(snapshot, now);
             let blocker = match &self.admission {
                 Some(policy) if machine.wants_create() => {
                     C::predict(policy, machine.spec(), snapshot)
@@ -504,6 +504,7 @@ impl<C: Controller> Fleet<C> {
         let joint = Snapshot {
             generation: self.snapshot.generation,
             tiers: Some(std::sync::Arc::new(joint)),
+            deleted: self.snapshot.deleted.clone(),
         };
         C::predict(policy, machine.spec(), &joint).is_some()
     }

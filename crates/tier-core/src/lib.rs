@@ -49,7 +49,9 @@ pub use machine::{
     Action, Blocker, ConfigError, ContestPolicy, MAX_COUNT, MAX_DURATION, MachineConfig,
     OutcomeCounts, TierEvent, TierMachine, TierState, TierStatus, WriteHold, WriteKind,
 };
-pub use observe::{Decision, FieldWriter, Generation, Observed, Snapshot, decide};
+pub use observe::{
+    Decision, Deletions, Drift, FieldWriter, Generation, Observed, Snapshot, decide,
+};
 pub use ports::{Clock, FixedLister, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};

@@ -1,6 +1,9 @@
-//! What the cache says about Tiers, and the pure decision for one (desired, observed) pair.
+//! What the cache says about Tiers ([`Snapshot`], [`Observed`], [`Deletions`]), and the pure
+//! decision for one (desired, observed) pair ([`decide`], naming the fields that differ in a
+//! [`Drift`]).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
 use crate::antrea::Antrea;
@@ -50,6 +53,104 @@ impl<C: Controller> Observed<C> {
     }
 }
 
+/// The ensured fields of one Tier that differ from the desired ones, named as the API names
+/// them (Antrea's `priority` and `description`, Calico's `order` and `defaultAction`), in the
+/// controller's order. Computed once, by [`Controller::drift`]: what [`decide`] calls an
+/// update for, what a `Corrected` event names and what `tierd plan` prints.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Drift(Vec<&'static str>);
+
+impl Drift {
+    /// The fields of `checks` whose flag is set (`true`: that field differs), in order.
+    pub fn of(checks: impl IntoIterator<Item = (&'static str, bool)>) -> Self {
+        Self(
+            checks
+                .into_iter()
+                .filter_map(|(field, differs)| differs.then_some(field))
+                .collect(),
+        )
+    }
+
+    /// The fields that differ, in the controller's order.
+    pub fn fields(&self) -> &[&'static str] {
+        &self.0
+    }
+
+    /// Whether no ensured field differs (the Tier is in sync).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether `field` differs.
+    pub fn contains(&self, field: &str) -> bool {
+        self.0.contains(&field)
+    }
+}
+
+impl fmt::Display for Drift {
+    /// `description`, `priority and description`, `a, b and c`; `no field` when empty.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [] => f.write_str("no field"),
+            [one] => f.write_str(one),
+            [init @ .., last] => write!(f, "{} and {last}", init.join(", ")),
+        }
+    }
+}
+
+/// Per Tier name, the generation at which a lister last saw that Tier deleted: a watch's
+/// delete event, or a relist without it. A lister records every deletion it sees, even one
+/// whose create it never published on its own (a create and its deletion seen together), so
+/// a machine learns that a Tier it wrote was deleted although the observed set looks the same.
+///
+/// # Bound
+///
+/// At most [`Deletions::MAX`] names; a new one beyond that evicts the oldest deletion. The
+/// lister that records them owns the table; cloning is a reference count.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deletions(Arc<BTreeMap<String, Generation>>);
+
+impl Deletions {
+    /// The most names a table keeps. A name evicted early only costs the machine that waited
+    /// for it the echo wait, as if the deletion had not been seen.
+    pub const MAX: usize = 1024;
+
+    /// Records that the Tier `name` was deleted, seen at `generation` (kept if later than the
+    /// one recorded).
+    pub fn record(&mut self, name: &str, generation: Generation) {
+        let map = Arc::make_mut(&mut self.0);
+        match map.get_mut(name) {
+            Some(at) => *at = (*at).max(generation),
+            None => {
+                if map.len() >= Self::MAX
+                    && let Some(oldest) = map
+                        .iter()
+                        .min_by_key(|(_, at)| **at)
+                        .map(|(name, _)| name.clone())
+                {
+                    map.remove(&oldest);
+                }
+                map.insert(name.to_owned(), generation);
+            }
+        }
+    }
+
+    /// The generation at which the Tier `name` was last seen deleted, if it was.
+    pub fn get(&self, name: &str) -> Option<Generation> {
+        self.0.get(name).copied()
+    }
+
+    /// How many names the table holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no deletion was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A consistent view of the observed Tier set at one generation.
 ///
 /// `tiers` is `None` until the cache has completed its first list. Cloning is cheap.
@@ -59,6 +160,9 @@ pub struct Snapshot<C: Controller = Antrea> {
     pub generation: Generation,
     /// Every observed Tier by name, or `None` before the first complete list.
     pub tiers: Option<Arc<BTreeMap<String, C::Observed>>>,
+    /// The deletions the lister saw up to this generation (empty for a lister that does not
+    /// record them: then a deletion seen together with its create waits for the echo wait).
+    pub deleted: Deletions,
 }
 
 impl<C: Controller> Default for Snapshot<C> {
@@ -67,6 +171,7 @@ impl<C: Controller> Default for Snapshot<C> {
         Self {
             generation: 0,
             tiers: None,
+            deleted: Deletions::default(),
         }
     }
 }
@@ -85,7 +190,19 @@ impl<C: Controller> Snapshot<C> {
         Self {
             generation,
             tiers: Some(Arc::new(map)),
+            deleted: Deletions::default(),
         }
+    }
+
+    /// The same view with the deletions `deleted`.
+    pub fn with_deleted(mut self, deleted: Deletions) -> Self {
+        self.deleted = deleted;
+        self
+    }
+
+    /// The generation at which the lister last saw the Tier `name` deleted, if it did.
+    pub fn deleted_at(&self, name: &str) -> Option<Generation> {
+        self.deleted.get(name)
     }
 
     /// Whether the cache behind this snapshot had completed its first list.
@@ -116,21 +233,30 @@ pub enum Decision {
     Update {
         /// The precondition for the update.
         resource_version: String,
+        /// The fields that differ.
+        drift: Drift,
     },
     /// The Tier exists exactly as desired.
     InSync,
 }
 
 /// Decides what `desired` needs given `observed`. Pure: the ensured fields are compared as the
-/// controller says ([`Controller::in_sync`]).
+/// controller says ([`Controller::drift`]).
 pub fn decide<S: DesiredTier>(desired: &S, observed: &Observed<S::Controller>) -> Decision {
     match observed {
         Observed::Unknown => Decision::WaitForSync,
         Observed::Absent => Decision::Create,
-        Observed::Present(tier) if S::Controller::in_sync(desired, tier) => Decision::InSync,
-        Observed::Present(tier) => Decision::Update {
-            resource_version: tier.resource_version().to_owned(),
-        },
+        Observed::Present(tier) => {
+            let drift = S::Controller::drift(desired, tier);
+            if drift.is_empty() {
+                Decision::InSync
+            } else {
+                Decision::Update {
+                    resource_version: tier.resource_version().to_owned(),
+                    drift,
+                }
+            }
+        }
     }
 }
 
@@ -155,11 +281,19 @@ mod tests {
         assert_eq!(decide(&want, &Observed::Unknown), Decision::WaitForSync);
         assert_eq!(decide(&want, &Observed::Absent), Decision::Create);
         assert_eq!(decide(&want, &present(10, "d")), Decision::InSync);
-        let update = Decision::Update {
+        let update = |fields: &[&'static str]| Decision::Update {
             resource_version: "7".into(),
+            drift: Drift::of(fields.iter().map(|f| (*f, true))),
         };
-        assert_eq!(decide(&want, &present(11, "d")), update);
-        assert_eq!(decide(&want, &present(10, "other")), update);
+        assert_eq!(decide(&want, &present(11, "d")), update(&["priority"]));
+        assert_eq!(
+            decide(&want, &present(10, "other")),
+            update(&["description"])
+        );
+        assert_eq!(
+            decide(&want, &present(11, "other")),
+            update(&["priority", "description"])
+        );
         let no_description = TierSpec::new("t", 10, "");
         assert_eq!(decide(&no_description, &present(10, "")), Decision::InSync);
     }
@@ -183,5 +317,33 @@ mod tests {
         assert!(snap.is_synced());
         assert_eq!(snap.observe("u"), Observed::Absent);
         assert_eq!(snap.observe("t").resource_version(), Some("1"));
+        assert_eq!(snap.deleted_at("t"), None);
+    }
+
+    #[test]
+    fn drift_reads_as_a_list_of_fields() {
+        assert_eq!(Drift::default().to_string(), "no field");
+        assert_eq!(Drift::of([("a", true), ("b", false)]).to_string(), "a");
+        assert_eq!(Drift::of([("a", true), ("b", true)]).to_string(), "a and b");
+        let three = Drift::of([("a", true), ("b", true), ("c", true)]);
+        assert_eq!(three.to_string(), "a, b and c");
+        assert!(three.contains("b") && !three.contains("d"));
+    }
+
+    #[test]
+    fn deletions_keep_the_latest_generation_and_a_bounded_table() {
+        let mut deleted = Deletions::default();
+        deleted.record("t", 5);
+        deleted.record("t", 3);
+        assert_eq!(deleted.get("t"), Some(5));
+        let shared = deleted.clone();
+        deleted.record("t", 9);
+        assert_eq!((shared.get("t"), deleted.get("t")), (Some(5), Some(9)));
+        for i in 0..Deletions::MAX as u64 {
+            deleted.record(&format!("n{i}"), 10 + i);
+        }
+        assert_eq!(deleted.len(), Deletions::MAX);
+        assert_eq!(deleted.get("t"), None, "the oldest deletion is evicted");
+        assert_eq!(deleted.get("n0"), Some(10));
     }
 }

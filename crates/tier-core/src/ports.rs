@@ -22,6 +22,9 @@ use crate::observe::{Generation, Snapshot};
 ///   a complete view afterwards.
 /// - The generation grows whenever the observed set changes, and a snapshot never holds data
 ///   older than its generation says (read the generation first, then the data).
+/// - A lister that records deletions ([`Snapshot::deleted`]) records every one it sees, at the
+///   generation that shows it, even when the create it follows never showed on its own; one
+///   that records none leaves a create and its deletion seen together to the echo wait.
 /// - [`changed`](TierLister::changed) is cancel-safe: dropping it loses nothing, because the
 ///   caller asks again with the generation it has seen.
 #[async_trait]
@@ -45,8 +48,8 @@ pub trait TierWriter<C: Controller = Antrea>: Send + Sync {
     /// Creates the Tier `tier`.
     async fn create(&self, tier: &C::Spec) -> Result<(), WriteError>;
 
-    /// Replaces the ensured fields ([`Controller::ENSURED_FIELDS`]) of the existing Tier of
-    /// `tier`'s name, only if its resourceVersion is still `resource_version`.
+    /// Replaces the ensured fields (those [`Controller::drift`] compares) of the existing Tier
+    /// of `tier`'s name, only if its resourceVersion is still `resource_version`.
     async fn update(&self, tier: &C::Spec, resource_version: &str) -> Result<(), WriteError>;
 }
 

@@ -169,7 +169,7 @@ fn a_tier_at_its_write_bound_says_so_once_in_its_state_and_its_rendering() {
     );
     assert!(held.is_write_limited());
     let words = held.to_string();
-    assert!(words.contains("keeps changing it back"), "{words}");
+    assert!(words.contains("undid tierd's accepted writes"), "{words}");
     assert!(!words.contains("write budget"), "{words}");
 
     let mut failing = TierMachine::new(desired(), MachineConfig::default(), 7).unwrap();

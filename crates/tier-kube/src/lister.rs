@@ -5,8 +5,8 @@
 //! `reflector` that keeps a [`Store<T>`]. A task, spawned by [`KubeLister::start`] and
 //! aborted when the last clone of the lister is dropped, polls that stream and, after every
 //! applied event (`Apply`, `Delete`, `InitDone`) that changed what the core can observe, bumps a
-//! generation counter and publishes it, with that view of the store, on a `tokio::sync::watch`
-//! channel.
+//! generation counter and publishes it, with that view of the store and the deletions seen so
+//! far ([`Deletions`]), on a `tokio::sync::watch` channel.
 //!
 //! # Guarantees
 //!
@@ -18,6 +18,9 @@
 //!   store (the webhook takes one per review); the view is built once per change.
 //! - Bookmarks and events that change nothing observable (a relist that finds the same Tiers at
 //!   the same resourceVersions) do not bump it.
+//! - Every deletion is recorded at the generation that shows it (a `Delete` event, or a relist
+//!   without a Tier the last view held), so a reader that looks only now and then (the driver
+//!   takes the latest snapshot) still learns that a Tier was created and deleted in between.
 //!
 //! # Recovery
 //!
@@ -58,7 +61,7 @@ use futures::StreamExt;
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use tier_core::{Generation, Snapshot, TierLister};
+use tier_core::{Deletions, Generation, Snapshot, TierLister};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -140,10 +143,12 @@ pub struct ListerFeed<T: KubeTier = Tier> {
 }
 
 /// What the feed last published: the generation and, from the first complete list, the view
-/// of the store it was bumped for.
+/// of the store it was bumped for and every deletion seen up to it (bounded by
+/// [`Deletions::MAX`]).
 struct Published<T: KubeTier> {
     generation: Generation,
     tiers: Option<Arc<BTreeMap<String, Observed<T>>>>,
+    deleted: Deletions,
 }
 
 impl<T: KubeTier> std::fmt::Debug for ListerFeed<T> {
@@ -173,11 +178,37 @@ impl<T: KubeTier> ListerFeed<T> {
                     return;
                 }
                 let now = observed(&self.store);
-                if self.published.borrow().tiers.as_deref() != Some(&now) {
+                let (changed, deleted) = {
+                    let published = self.published.borrow();
+                    let next = published.generation + 1;
+                    let mut deleted = published.deleted.clone();
+                    // Gone since the last view (a deletion, or a relist without it), and the
+                    // object of a Delete event even if no view showed it.
+                    let mut gone: Vec<String> = published
+                        .tiers
+                        .iter()
+                        .flat_map(|before| before.keys())
+                        .filter(|name| !now.contains_key(*name))
+                        .cloned()
+                        .collect();
+                    if let watcher::Event::Delete(object) = event {
+                        let name = kube::ResourceExt::name_any(object);
+                        if !now.contains_key(&name) {
+                            gone.push(name);
+                        }
+                    }
+                    for name in &gone {
+                        deleted.record(name, next);
+                    }
+                    let changed = published.tiers.as_deref() != Some(&now) || !gone.is_empty();
+                    (changed, deleted)
+                };
+                if changed {
                     tracing::debug!(tiers = now.len(), %event, "observed Tier set changed");
                     self.published.send_modify(|published| {
                         published.generation += 1;
                         published.tiers = Some(Arc::new(now));
+                        published.deleted = deleted;
                     });
                 }
             }
@@ -282,6 +313,7 @@ impl<T: KubeTier> KubeLister<T> {
         let (published_tx, published) = watch::channel(Published {
             generation: 0,
             tiers: None,
+            deleted: Deletions::default(),
         });
         let stats = Arc::new(Mutex::new(WatchStats::default()));
         let feed = ListerFeed {
@@ -351,14 +383,15 @@ impl<T: KubeTier> TierLister<T::Controller> for KubeLister<T> {
         self.synced().await;
     }
 
-    /// The view the feed published with its generation: a reference count, not a walk of the
-    /// store.
+    /// The view the feed published with its generation and deletions: reference counts, not a
+    /// walk of the store.
     fn snapshot(&self) -> Snapshot<T::Controller> {
         let published = self.inner.published.borrow();
         match &published.tiers {
             Some(tiers) => Snapshot {
                 generation: published.generation,
                 tiers: Some(Arc::clone(tiers)),
+                deleted: published.deleted.clone(),
             },
             None => Snapshot::default(),
         }
@@ -539,6 +572,38 @@ mod tests {
         send(&feed, watcher::Event::Delete(tier("a", 5, "3")));
         settle(&lister, 4).await;
         assert_eq!(lister.snapshot().observe("a"), tier_core::Observed::Absent);
+    }
+
+    #[tokio::test]
+    async fn a_create_and_its_deletion_read_together_show_the_deletion() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+        let before = lister.snapshot();
+        // Both events are applied before the reader looks again: the set looks unchanged.
+        send(&feed, watcher::Event::Apply(tier("a", 1, "2")));
+        send(&feed, watcher::Event::Delete(tier("a", 1, "2")));
+        settle(&lister, 3).await;
+        let after = lister.snapshot();
+        assert_eq!(after.observe("a"), tier_core::Observed::Absent);
+        assert_eq!(before.tiers, after.tiers);
+        let deleted = after.deleted_at("a").unwrap();
+        assert!(deleted > before.generation, "{deleted}");
+        assert_eq!(before.deleted_at("a"), None);
+    }
+
+    #[tokio::test]
+    async fn a_relist_without_a_tier_records_its_deletion() {
+        let (lister, feed) = fed();
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitApply(tier("a", 1, "1")));
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 1).await;
+        send(&feed, watcher::Event::Init);
+        send(&feed, watcher::Event::InitDone);
+        settle(&lister, 2).await;
+        assert_eq!(lister.snapshot().deleted_at("a"), Some(2));
     }
 
     #[tokio::test]

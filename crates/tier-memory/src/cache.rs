@@ -5,6 +5,10 @@
 //! `lag` after it was written, on tokio's clock (virtual under paused time); with a zero lag it
 //! is visible as soon as the write returns. Changes become visible in write order.
 //!
+//! Every deletion it applies is recorded at the generation that shows it ([`Snapshot::deleted`]):
+//! a reader that looks only after a create and its deletion were both applied still learns of
+//! the deletion.
+//!
 //! The cache is lazy: it applies due changes whenever it is read, and
 //! [`changed`](TierLister::changed) sleeps until the next change is due, so no task runs in the
 //! background.
@@ -33,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tier_core::{Antrea, CachedTier, Controller, Generation, Snapshot, TierLister};
+use tier_core::{Antrea, CachedTier, Controller, Deletions, Generation, Snapshot, TierLister};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -100,6 +104,8 @@ pub(crate) struct CacheShared<C: Controller> {
 #[derive(Debug)]
 struct CacheState<C: Controller> {
     view: Arc<BTreeMap<String, C::Observed>>,
+    /// Every deletion applied, at the generation that shows it (bounded by [`Deletions::MAX`]).
+    deleted: Deletions,
     /// Changes written but not visible yet, with the instant they become visible.
     pending: VecDeque<(Instant, Change<C>)>,
     /// Changes applied to `view` so far.
@@ -124,15 +130,17 @@ impl<C: Controller> CacheState<C> {
                 break;
             };
             let view = Arc::make_mut(&mut self.view);
+            self.applied += 1;
             match change {
                 Change::Put(tier) => {
                     view.insert(tier.name().to_owned(), tier);
                 }
                 Change::Delete(name) => {
                     view.remove(&name);
+                    // The generation this change is visible at (see `generation`).
+                    self.deleted.record(&name, self.applied + 1);
                 }
             }
-            self.applied += 1;
         }
     }
 
@@ -154,6 +162,7 @@ impl<C: Controller> CacheState<C> {
         Snapshot {
             generation: self.generation(),
             tiers: self.synced.then(|| Arc::clone(&self.view)),
+            deleted: self.deleted.clone(),
         }
     }
 }
@@ -194,6 +203,7 @@ impl<C: Controller> MemoryLister<C> {
         };
         let state = CacheState {
             view: tiers,
+            deleted: Deletions::default(),
             pending: VecDeque::new(),
             applied: 0,
             synced,

@@ -95,6 +95,7 @@ fn tier_names_follow_the_cache() {
     lister.expect_snapshot().return_const(Snapshot {
         generation: 1,
         tiers: Some(Arc::new(tiers)),
+        ..Snapshot::default()
     });
     assert_eq!(tier_names(&lister), Some(vec!["platform".to_owned()]));
 }

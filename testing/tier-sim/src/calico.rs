@@ -8,7 +8,7 @@
 //!
 //! | strategy | what it does |
 //! |---|---|
-//! | `tierd` | one driver per initializer, continuous; must converge within [`Scenario::convergence_bound`], write only desired Tiers, never before its cache synced, never two calls in flight for one Tier, and then write nothing for [`SimConfig::settle`] |
+//! | `tierd` | one driver per initializer, continuous; must converge within [`Scenario::convergence_bound`], write only desired Tiers, never before its cache synced, never two calls in flight for one Tier, never report a Tier contested (no other writer undoes a write here: replicas write the same fields), and then write nothing for [`SimConfig::settle`] |
 //! | `calico` | [`calico_ensure_initialized`]: a blind create per built-in, `AlreadyExists` and `Unauthorized`/`Forbidden` count as success, never an update; retried every 5 s for 60 s, then fatal |
 //!
 //! The report says per strategy: converged (the store exactly desired at the end), stuck (tierd:
@@ -342,6 +342,8 @@ enum Task {
     Tierd {
         ensurer: Ensurer,
         status: StatusHandle,
+        /// The first status that reported a Tier contested, if one did.
+        contested: JoinHandle<Option<String>>,
     },
     Calico(JoinHandle<Ensured>),
 }
@@ -350,6 +352,19 @@ struct Running {
     name: String,
     cache: tier_memory::MemoryLister<Calico>,
     task: Task,
+}
+
+/// Follows `status` until the driver stops: the first Tier reported contested, if any.
+async fn first_contest(mut status: StatusHandle) -> Option<String> {
+    loop {
+        let current = status.current();
+        if let Some(tier) = current.tiers.iter().find(|t| t.contested) {
+            return Some(tier.to_string());
+        }
+        if current.stopped || status.changed().await.is_err() {
+            return None;
+        }
+    }
 }
 
 fn build_cluster(scenario: &CalicoScenario) -> MemoryCluster<Calico> {
@@ -446,7 +461,12 @@ async fn simulate(
                 #[allow(clippy::expect_used)]
                 let ensurer = spawned.expect("the driver configuration was validated");
                 let status = ensurer.status();
-                Task::Tierd { ensurer, status }
+                let contested = tokio::spawn(first_contest(ensurer.status()));
+                Task::Tierd {
+                    ensurer,
+                    status,
+                    contested,
+                }
             }
             CalicoStrategy::Calico => Task::Calico(tokio::spawn(async move {
                 calico_ensure_initialized(&writer, &TokioClock).await
@@ -535,8 +555,17 @@ async fn simulate(
     }
     for r in running {
         match r.task {
-            Task::Tierd { ensurer, .. } => {
+            Task::Tierd {
+                ensurer, contested, ..
+            } => {
                 ensurer.shutdown().await;
+                if let Ok(Some(tier)) = contested.await {
+                    // Nobody but tierd writes the built-ins here: a contest is a false one.
+                    violations.push(format!(
+                        "{}: reported {tier} contested, yet no other writer undid a write",
+                        r.name
+                    ));
+                }
             }
             Task::Calico(task) => task.abort(),
         }

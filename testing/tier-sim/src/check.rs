@@ -8,7 +8,8 @@
 //! - [`Checks::check_status`] checks the initializer's published status (run on every port call
 //!   and on every status change, by [`watch_status`]): a Tier reported converged is in sync in
 //!   the snapshot the status was computed from, and in the store whenever the cache has caught
-//!   up with it.
+//!   up with it; a Tier reported contested had a write the store accepted from this initializer
+//!   undone by another writer ([`Invariant::FalseContest`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -59,6 +60,10 @@ pub enum Invariant {
     /// While RBAC refused every create, an initializer sent more creates than one per step of
     /// the Forbidden backoff, for the whole fleet.
     FleetProbe,
+    /// A Tier reported contested although no write the store accepted from this initializer
+    /// was undone by another writer (changed or deleted after it): a denied, refused or failed
+    /// write taken for a contest.
+    FalseContest,
 }
 
 impl Invariant {
@@ -77,6 +82,7 @@ impl Invariant {
             Invariant::Liveness => "liveness",
             Invariant::WriteBound => "write-bound",
             Invariant::FleetProbe => "fleet-probe",
+            Invariant::FalseContest => "false-contest",
         }
     }
 }
@@ -238,6 +244,24 @@ struct CheckState {
     peak: Option<(String, usize)>,
     /// Whether the write bound reports violations (it always measures).
     enforce_write_bound: bool,
+    /// Per Tier: what the store shows of this initializer's accepted writes (see
+    /// [`Accepted`]). One entry per desired Tier at most.
+    accepted: BTreeMap<String, Accepted>,
+    /// The Tiers the last status reported contested.
+    contested: BTreeSet<String>,
+}
+
+/// The store's side of one Tier's accepted writes, for [`Invariant::FalseContest`].
+#[derive(Debug, Default)]
+struct Accepted {
+    /// The store's resourceVersion right after this initializer's last accepted write, while
+    /// no failed write of its own may have changed the store since.
+    last: Option<String>,
+    /// Accepted writes shown undone by another writer: the store held another resourceVersion
+    /// when this initializer's next call started, or a later create succeeded (the Tier had
+    /// been deleted; initializers never delete), or a later update was made on another
+    /// resourceVersion than the one the accepted write left.
+    undone: usize,
 }
 
 /// The most write times kept per Tier (a tight loop is flagged long before).
@@ -423,6 +447,82 @@ impl Checks {
         }
     }
 
+    /// The store's resourceVersion of `name` now (`None`: absent).
+    fn stored_version(&self, name: &str) -> Option<String> {
+        self.cluster.get(name).map(|t| t.resource_version)
+    }
+
+    /// Notes what the store shows of a write of `name` that just ended: an accepted one (its
+    /// result, and whether it shows the previous accepted write undone by someone else), or a
+    /// failed one that may have changed the store itself (a lost response), which makes the
+    /// store's later changes unattributable until the next accepted write. `update_on` is an
+    /// update's precondition; `before` the store's resourceVersion when the call started.
+    fn count_accepted(
+        &self,
+        name: &str,
+        update_on: Option<&str>,
+        before: Option<String>,
+        result: &Result<(), WriteError>,
+    ) {
+        let now = self.stored_version(name);
+        let mut state = lock(&self.state);
+        let accepted = state.accepted.entry(name.to_owned()).or_default();
+        // Changed before this call started: by someone else (a failed write of ours that may
+        // have changed it made `last` unknown).
+        if accepted.last.is_some() && accepted.last != before {
+            accepted.undone += 1;
+            accepted.last = None;
+        }
+        match result {
+            Ok(()) => {
+                let undone = match (&accepted.last, update_on) {
+                    // A create succeeded: the Tier written before was deleted since.
+                    (Some(_), None) => true,
+                    (Some(last), Some(basis)) => last != basis,
+                    (None, _) => false,
+                };
+                accepted.undone += usize::from(undone);
+                accepted.last = now;
+            }
+            Err(_) if before != now => accepted.last = None,
+            Err(_) => {}
+        }
+    }
+
+    /// A Tier newly reported contested must have had an accepted write undone by another writer:
+    /// one shown by a later write, or the last one, which the store no longer holds.
+    fn check_contests(&self, state: &mut CheckState, status: &Status) {
+        let contested: BTreeSet<String> = status
+            .tiers
+            .iter()
+            .filter(|t| t.contested || matches!(t.state, TierState::Contested { .. }))
+            .map(|t| t.name.clone())
+            .collect();
+        let mut false_contests = Vec::new();
+        for name in contested.difference(&state.contested) {
+            let accepted = state.accepted.get(name);
+            let gone = accepted
+                .and_then(|a| a.last.as_ref())
+                .is_some_and(|last| self.stored_version(name).as_ref() != Some(last));
+            let undone = accepted.map_or(0, |a| a.undone) + usize::from(gone);
+            if undone == 0 {
+                let shown = status
+                    .tiers
+                    .iter()
+                    .find(|t| t.name == *name)
+                    .map_or_else(String::new, ToString::to_string);
+                false_contests.push(format!(
+                    "{name} reported contested, but no write the store accepted from this \
+                     initializer was undone by another writer: {shown}"
+                ));
+            }
+        }
+        state.contested = contested;
+        for detail in false_contests {
+            self.violation(Invariant::FalseContest, detail);
+        }
+    }
+
     fn call_ends(&self, verb: &str, tier: &TierSpec, result: &Result<(), WriteError>) {
         self.journal.note(|| match result {
             Ok(()) => format!("{} {verb} {} ok", self.name, tier.name),
@@ -470,6 +570,7 @@ impl Checks {
         }
         // Statuses only move forward: older snapshots are never needed again.
         state.snapshots = state.snapshots.split_off(&status.generation);
+        self.check_contests(&mut state, &status);
         self.note_transitions(&mut state, &status);
     }
 
@@ -616,17 +717,23 @@ impl<W: TierWriter> TierWriter for CheckingWriter<W> {
     async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
         let _call = self.checks.call_starts("create", tier);
         let doomed = self.checks.predicts_denial(tier);
+        let before = self.checks.stored_version(&tier.name);
         let result = self.inner.create(tier).await;
         self.checks.call_ends("create", tier, &result);
         self.checks.count_denial(&result, doomed);
+        self.checks
+            .count_accepted(&tier.name, None, before, &result);
         result
     }
 
     async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
         let _call = self.checks.call_starts("update", tier);
+        let before = self.checks.stored_version(&tier.name);
         let result = self.inner.update(tier, resource_version).await;
         self.checks.call_ends("update", tier, &result);
         self.checks.count_denial(&result, false);
+        self.checks
+            .count_accepted(&tier.name, Some(resource_version), before, &result);
         result
     }
 }

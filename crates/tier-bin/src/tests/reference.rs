@@ -317,17 +317,22 @@ async fn readiness_table(certs: &TestCerts) -> String {
 fn when(event: &TierEvent) -> &'static str {
     match event {
         TierEvent::Created { .. } => "tierd created a missing Tier",
-        TierEvent::Corrected { .. } => "tierd updated a drifted Tier to the desired fields",
+        TierEvent::Corrected { .. } => {
+            "tierd updated a drifted Tier to the desired fields (the note names those that differed)"
+        }
         TierEvent::Blocked { .. } => {
             "a create is predicted to be refused (a Tier in the way); nothing is sent until it moves"
         }
-        TierEvent::Denied { .. } => {
+        TierEvent::Denied { rule: None, .. } => {
             "admission denied a write the cache allows, four times in a row"
+        }
+        TierEvent::Denied { rule: Some(_), .. } => {
+            "admission denied a write by a rule tierd recognises (Antrea's priority rule), at once"
         }
         TierEvent::Forbidden { .. } => "the API server answered 403/401 to a write",
         TierEvent::NotInstalled { .. } => "a create got 404: the Tier CRD is not installed",
         TierEvent::Contested { .. } => {
-            "a correction found no token: someone keeps changing the Tier back"
+            "a correction found no token after another writer undid writes the server accepted"
         }
         TierEvent::ContestEnded { .. } => "the write budget is full again after a contest",
     }
@@ -341,7 +346,7 @@ fn examples() -> Vec<TierEvent> {
         TierEvent::Created { tier: tier() },
         TierEvent::Corrected {
             tier: tier(),
-            fields: "priority and description",
+            fields: tier_core::Drift::of([("priority", false), ("description", true)]),
         },
         TierEvent::Blocked {
             tier: tier(),
@@ -350,7 +355,25 @@ fn examples() -> Vec<TierEvent> {
         },
         TierEvent::Denied {
             tier: tier(),
-            message: "update to Tier priority is not allowed".into(),
+            message: "tier networkops priority 150 overlaps with existing Tier".into(),
+            rule: None,
+        },
+        TierEvent::Denied {
+            tier: "org-security".into(),
+            message: "admission webhook \"tiervalidator.antrea.io\" denied the request: update \
+                      to Tier priority is not allowed"
+                .into(),
+            rule: tier_core::Antrea::explain_denial(
+                &tier_core::TierSpec::new("org-security", 90, ""),
+                Some(&tier_core::ObservedTier {
+                    name: "org-security".into(),
+                    priority: 95,
+                    description: String::new(),
+                    resource_version: "7".into(),
+                    last_writer: None,
+                }),
+                tier_core::admission::PRIORITY_UPDATE_DENIED,
+            ),
         },
         TierEvent::Forbidden {
             tier: tier(),

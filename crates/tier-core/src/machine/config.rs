@@ -60,12 +60,18 @@ impl Default for MachineConfig {
 /// change per `refill` is corrected at once, every time, and a fault-free run spends one token
 /// per drifted Tier. Without a token a write is held `hold_initial`, doubling with each hold in
 /// a row up to `hold_cap`: a window holds at most [`max_writes`](Self::max_writes) writes of a
-/// Tier (with the defaults 10 plus one per 15 s). If the
-/// held write corrects someone else's change (a *correction*: it restores a Tier observed in
-/// sync, or re-creates one the server confirmed was there), the Tier is *contested*
-/// ([`TierEvent::Contested`](super::TierEvent::Contested)); otherwise its state keeps the error's cause and its status
-/// notes the budget ([`TierStatus::held`](super::TierStatus::held)). Once the bucket is full again the holds reset and
-/// a contest ends ([`TierEvent::ContestEnded`](super::TierEvent::ContestEnded)).
+/// Tier (with the defaults 10 plus one per 15 s).
+///
+/// A contest is judged by what the server confirmed: if the held write would restore what
+/// another writer undid of a write the server had *accepted* from tierd (changed its fields
+/// again, or deleted it, as the cache shows: a delete the lister saw counts even when the cache
+/// never showed the create), the Tier is *contested*
+/// ([`TierEvent::Contested`](super::TierEvent::Contested), counting the undone writes and
+/// naming the writer that undid the last). A held write after a denial, a refusal, a missing
+/// resource or a transient failure keeps that cause's state, and its status notes the budget
+/// ([`TierStatus::held`](super::TierStatus::held)): such writes never make a contest, whatever
+/// they spend. Once the bucket is full again the holds reset and a contest ends
+/// ([`TierEvent::ContestEnded`](super::TierEvent::ContestEnded)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContestPolicy {
     /// Immediate corrections before holding off (default 3).

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::observe::FieldWriter;
+use crate::observe::{Drift, FieldWriter};
 
 /// Something worth telling people about one Tier: one event per episode, never one per retry.
 /// Emitted by the machine ([`TierMachine::poll_event`](super::TierMachine::poll_event)) in order, never coalesced; logs,
@@ -18,9 +18,9 @@ pub enum TierEvent {
     Corrected {
         /// The Tier.
         tier: String,
-        /// The fields tierd ensures, in words ([`Controller::ENSURED_FIELDS`](crate::Controller::ENSURED_FIELDS)):
-        /// `priority and description`.
-        fields: &'static str,
+        /// The fields that differed from the desired ones where the update was decided
+        /// ([`Controller::drift`](crate::Controller::drift)): `description`.
+        fields: Drift,
     },
     /// A create would be denied because of other Tiers; nothing is sent until they change.
     Blocked {
@@ -31,12 +31,17 @@ pub enum TierEvent {
         /// Why.
         reason: String,
     },
-    /// The server keeps denying a write the observed set allows.
+    /// The server keeps denying a write the observed set allows (or denies it by a rule tierd
+    /// recognises, `rule`).
     Denied {
         /// The Tier.
         tier: String,
         /// The server's message.
         message: String,
+        /// The rule the denial comes from and its fix, in words, when the controller recognises
+        /// it ([`Controller::explain_denial`](crate::Controller::explain_denial)); `None`: the
+        /// cache shows no reason.
+        rule: Option<String>,
     },
     /// tierd lacks a permission to write the Tier.
     Forbidden {
@@ -54,13 +59,15 @@ pub enum TierEvent {
         /// The server's message.
         message: String,
     },
-    /// Someone keeps changing the Tier back; corrections are held off.
+    /// Another writer undid tierd's accepted writes and the write budget is spent: corrections
+    /// are held off.
     Contested {
         /// The Tier.
         tier: String,
-        /// Corrections in the current streak.
+        /// tierd's accepted writes that another writer undid, since the budget was last full.
         streak: u32,
-        /// The other writer, where the object names it (its `managedFields`).
+        /// The writer that last undid one, where the object names it (its `managedFields`);
+        /// `None` for a deletion.
         by: Option<FieldWriter>,
     },
     /// A contest ended: the write budget is full again (no correction was needed for
@@ -107,7 +114,19 @@ impl fmt::Display for TierEvent {
             TierEvent::Blocked { tier, reason, .. } => {
                 write!(f, "Tier {tier} cannot be created: {reason}")
             }
-            TierEvent::Denied { tier, message } => write!(
+            TierEvent::Denied {
+                tier,
+                message,
+                rule: Some(rule),
+            } => write!(
+                f,
+                "the API server denies writes of Tier {tier}: {message}; {rule}"
+            ),
+            TierEvent::Denied {
+                tier,
+                message,
+                rule: None,
+            } => write!(
                 f,
                 "the API server keeps denying writes of Tier {tier} although tierd's cache shows \
                  no reason: {message}"
@@ -125,9 +144,10 @@ impl fmt::Display for TierEvent {
             }
             TierEvent::Contested { tier, streak, by } => write!(
                 f,
-                "{} keeps changing Tier {tier} back ({streak} corrections in a row); tierd now \
-                 holds off its corrections",
-                super::state::writer_words(by.as_ref())
+                "{} undid tierd's accepted writes of Tier {tier} ({}); tierd now holds off its \
+                 corrections",
+                super::state::writer_words(by.as_ref()),
+                super::state::times(*streak)
             ),
             TierEvent::ContestEnded { tier } => {
                 write!(f, "Tier {tier} is no longer contested")

@@ -18,7 +18,7 @@ use crate::budget::{Budget, Spend};
 use crate::controller::{CachedTier, Controller, DesiredTier};
 use crate::error::{ErrorClass, WriteError};
 use crate::fleet::saturating_add;
-use crate::observe::{Decision, FieldWriter, Generation, Observed, decide};
+use crate::observe::{Decision, Drift, FieldWriter, Generation, Observed, Snapshot, decide};
 
 /// A fingerprint of one Tier's observation: its resourceVersion, or `None` when absent.
 type Fingerprint = Option<String>;
@@ -27,8 +27,12 @@ type Fingerprint = Option<String>;
 enum Wake {
     /// Only time (or convergence) ends the wait.
     Never,
-    /// This Tier's observation differs from the fingerprint.
-    TierChange(Fingerprint),
+    /// This Tier's observation differs from `basis`, or the cache saw it deleted after
+    /// `generation` (the one the failed call was decided at).
+    TierChange {
+        basis: Fingerprint,
+        generation: Generation,
+    },
     /// The observed set's generation exceeds `generation`; a change seen before `not_before`
     /// ends the wait at `not_before`, so a busy set cannot make the Tier spin.
     SetChange {
@@ -45,9 +49,13 @@ enum Phase {
         basis: Fingerprint,
         generation: Generation,
         kind: WriteKind,
+        /// The fields an update corrects (empty for a create).
+        drift: Drift,
     },
     AwaitEcho {
         basis: Fingerprint,
+        /// The generation the write was decided at: a deletion seen after it ends the wait.
+        generation: Generation,
         deadline: Instant,
         /// When the write was confirmed: the echo's delay is measured from here.
         confirmed: Instant,
@@ -65,20 +73,51 @@ enum Phase {
     Converged,
 }
 
-/// What the contest rule knows beyond the budget: the streak and whether it is a contest.
+/// A write the server accepted, as long as no other writer is seen to have undone it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Accepted {
+    /// A create or an update.
+    kind: WriteKind,
+    /// The observation the write was decided on.
+    basis: Fingerprint,
+    /// The generation it was decided at.
+    generation: Generation,
+    /// Whether the cache has shown the Tier moved past `basis` since: after that, any
+    /// observation not in sync (absent included) is another writer's.
+    echoed: bool,
+}
+
+/// What the contest rule knows beyond the budget: which accepted write stands, how many were
+/// undone, and whether it is a contest. Judged by what the server confirmed: only an accepted
+/// write can be undone, and an undo counts once it is certain.
+///
+/// An accepted update is certainly undone when the cache shows the Tier not in sync at another
+/// resourceVersion than the update's basis, or absent: the update applied to that basis, so
+/// whatever the cache shows after it came later. An accepted create is certainly undone when
+/// the cache shows the Tier changed with no deletion since the create was decided. Gone, it
+/// cannot be told from an object someone else created and deleted while the create was in
+/// flight (the writer does not say which resourceVersion it wrote): that undo is only
+/// *suspected* until the server accepts tierd's next write, which proves the create's object
+/// was gone or changed.
 #[derive(Debug)]
 struct Contest {
-    /// Corrections since the budget was last full.
+    /// tierd's accepted writes another writer undid, since the budget was last full.
     streak: u32,
-    /// Whether the budget was spent by corrections (someone keeps changing the Tier back).
+    /// Whether a write held by the budget would restore an undone accepted write.
     contested: bool,
-    /// Whether the writes since the last convergence correct someone else's change (a retry
-    /// of a correction after a Conflict is still one).
-    correcting: bool,
+    /// The last accepted write, until the cache shows it undone.
+    standing: Option<Accepted>,
+    /// Whether the last accepted write was undone (or, for a create, is suspected so) and no
+    /// write has been accepted since: the next write restores someone else's change.
+    undone: bool,
+    /// Whether that undo is of a create, suspected until the next accepted write.
+    suspected: bool,
+    /// Whether that undo is not yet counted in `corrections` (it is, once a write for it goes).
+    undo_uncounted: bool,
     /// Whether a create was confirmed and the cache has not shown the Tier since: if the
-    /// server accepts another create, someone deleted it, and that create was a correction.
+    /// server accepts another create, someone deleted it unseen (the first create was undone).
     created_unseen: bool,
-    /// The other writer, as the last corrected object named it.
+    /// The writer that last undid an accepted write, as the object named it.
     by: Option<FieldWriter>,
 }
 
@@ -87,8 +126,9 @@ struct Contest {
 /// A [`TierMachine`] owns one desired Tier. Its methods come in three kinds, called in this order
 /// by a [`Fleet`](crate::Fleet), over and over:
 ///
-/// 1. inputs: [`handle_observation`](TierMachine::handle_observation) whenever the cache may have
-///    changed, [`handle_blocker`](TierMachine::handle_blocker) with what the observed set
+/// 1. inputs: [`handle_snapshot`](TierMachine::handle_snapshot) (or
+///    [`handle_observation`](TierMachine::handle_observation), without deletions) whenever the
+///    cache may have changed, [`handle_blocker`](TierMachine::handle_blocker) with what the observed set
 ///    predicts about a create, [`handle_outcome`](TierMachine::handle_outcome) when the call it
 ///    asked for ends, [`handle_server_answered`](TierMachine::handle_server_answered) when the
 ///    server answered another Tier's call (an outage is over),
@@ -125,22 +165,25 @@ struct Contest {
 /// |---|---|---|
 /// | stale | as soon as this Tier's observation changes; at the latest after the backoff, but not before the echo wait (`echo_timeout`, doubled up to the backoff cap once the cache lagged past it, halved again by quick echoes) | retrying |
 /// | transient | after exponential backoff with jitter, at least `Retry-After`, at most the cap; at once when the server answers another Tier | retrying |
-/// | denied | after the short `denied_backoff` (the webhook's view lags ours), the transient backoff once that outlasts `denied_warn_after` attempts; never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied, or blocked once the cache shows why |
+/// | denied | after the short `denied_backoff` (the webhook's view lags ours), the transient backoff once that outlasts `denied_warn_after` attempts, or at once for a rule the controller recognises ([`Controller::explain_denial`], e.g. Antrea's priority rule); never while the cache shows a blocker. After a create whose answer was lost: when this Tier's observation changes, at the latest after `echo_timeout` | denied (with the rule and its fix, when recognised), or blocked once the cache shows why |
 /// | forbidden | after the slow `forbidden_backoff`, whatever the Tier set does; at once when the Tier needs the other verb (a refused update does not delay a create) | forbidden, naming the permission |
 /// | not installed | when the observed set changes (the cache listed again), not within `backoff.initial`; at the latest after `not_installed_retry` | not-installed |
 ///
 /// Every write, whatever its cause, also spends from the Tier's one write budget
 /// ([`ContestPolicy`]): a burst of `burst` writes, then one per hold-off doubling from
-/// `hold_initial` to `hold_cap`. A held write is visible: the Tier is *contested* when its
-/// writes correct someone else's change (a write that restores a Tier observed in sync, its
-/// retries, or a re-create the server accepted after confirming a first create), otherwise
-/// its state keeps the error's cause and [`TierStatus::held`] notes the budget. The budget
-/// (and a contest) recovers once the bucket is full again.
+/// `hold_initial` to `hold_cap`. A held write is visible. The Tier is *contested* only when the
+/// held write would restore what another writer undid of a write the server *accepted* (the
+/// cache shows it changed again or deleted after that write, or the server accepts a second
+/// create while the cache never showed the first), and no cause of its own stands in the way;
+/// otherwise (a denial, a refusal, a failure) its state keeps the error's cause and
+/// [`TierStatus::held`] notes the budget. The budget (and a contest) recovers once the bucket
+/// is full again.
 ///
 /// A create the observed set says will be denied (see [`Blocker`]) is never sent: the machine
 /// is *blocked* until the blocker goes away. After a successful write the machine waits for the
-/// cache to show it (or for the echo wait) before deciding again, so a fault-free run sends
-/// exactly one write per drifted Tier. Sent again from the basis it replaced, a confirmed write
+/// cache to show it, or a deletion of the Tier since the write was decided (a lister's
+/// [`Snapshot::deleted`], through [`handle_snapshot`](Self::handle_snapshot)), or for the echo
+/// wait, before deciding again, so a fault-free run sends exactly one write per drifted Tier. Sent again from the basis it replaced, a confirmed write
 /// can only meet itself, so once the cache is seen to lag past the echo wait, the wait doubles;
 /// an echo within half of it halves it again, down to `echo_timeout`.
 ///
@@ -151,7 +194,8 @@ struct Contest {
 /// whichever is longer; fleet-wide holds add at most what [`Fleet`](crate::Fleet) documents.
 ///
 ///
-/// Inputs: [`handle_observation`](Self::handle_observation),
+/// Inputs: [`handle_snapshot`](Self::handle_snapshot),
+/// [`handle_observation`](Self::handle_observation),
 /// [`handle_blocker`](Self::handle_blocker), [`handle_outcome`](Self::handle_outcome),
 /// [`handle_server_answered`](Self::handle_server_answered),
 /// [`handle_timeout`](Self::handle_timeout). Outputs: [`poll_action`](Self::poll_action),
@@ -165,10 +209,16 @@ pub struct TierMachine<C: Controller = Antrea> {
     rng: fastrand::Rng,
     observed: Observed<C>,
     generation: Generation,
+    /// The generation at which the cache last saw this Tier deleted, if it did.
+    deleted_at: Option<Generation>,
     blocker: Option<Blocker>,
     phase: Phase,
     attempt: u32,
     last_error: Option<WriteError>,
+    /// The controller's words for `last_error`, a denial by a rule it recognises.
+    denial_rule: Option<String>,
+    /// Whether the current run of denials was reported (one `Denied` event per episode).
+    denial_reported: bool,
     /// The verb of the call that failed with `last_error`: backoffs are per cause and verb.
     failed_kind: Option<WriteKind>,
     error_since: Option<Instant>,
@@ -212,10 +262,13 @@ impl<C: Controller> TierMachine<C> {
             rng: fastrand::Rng::with_seed(seed),
             observed: Observed::Unknown,
             generation: 0,
+            deleted_at: None,
             blocker: None,
             phase: Phase::Unsynced,
             attempt: 0,
             last_error: None,
+            denial_rule: None,
+            denial_reported: false,
             failed_kind: None,
             error_since: None,
             was_in_sync: false,
@@ -226,7 +279,10 @@ impl<C: Controller> TierMachine<C> {
             contest: Contest {
                 streak: 0,
                 contested: false,
-                correcting: false,
+                standing: None,
+                undone: false,
+                suspected: false,
+                undo_uncounted: false,
                 created_unseen: false,
                 by: None,
             },
@@ -296,7 +352,18 @@ impl<C: Controller> TierMachine<C> {
         decide(&self.spec, &self.observed) == Decision::Create
     }
 
-    /// Input: what the cache now says about this Tier, at `generation` of the whole set.
+    /// Input: a snapshot of the cache: this Tier's observation and whether the lister saw it
+    /// deleted ([`Snapshot::deleted_at`]), which the observation alone may not show (a create
+    /// and its deletion seen together). What a [`Fleet`](crate::Fleet) hands in.
+    pub fn handle_snapshot(&mut self, snapshot: &Snapshot<C>, now: Instant) {
+        if let Some(at) = snapshot.deleted_at(self.spec.name()) {
+            self.deleted_at = Some(self.deleted_at.map_or(at, |seen| seen.max(at)));
+        }
+        self.handle_observation(snapshot.observe(self.spec.name()), snapshot.generation, now);
+    }
+
+    /// Input: what the cache now says about this Tier, at `generation` of the whole set
+    /// (without the deletions a snapshot carries: see [`handle_snapshot`](Self::handle_snapshot)).
     ///
     /// An [`Observed::Unknown`] after a known observation is ignored: a cache does not forget.
     pub fn handle_observation(
@@ -334,6 +401,7 @@ impl<C: Controller> TierMachine<C> {
             basis,
             generation,
             kind,
+            drift,
         } = self.phase.clone()
         else {
             return;
@@ -341,28 +409,45 @@ impl<C: Controller> TierMachine<C> {
         match outcome {
             Ok(()) => {
                 self.outcomes.ok = self.outcomes.ok.saturating_add(1);
-                if kind == WriteKind::Create {
-                    // A second create accepted while the cache never showed the first: the
-                    // server confirms that someone deleted the Tier in between.
-                    if std::mem::replace(&mut self.contest.created_unseen, true) {
-                        self.count_correction();
+                // The server accepted this write: a create undone as suspected was (the object
+                // it wrote is gone or changed). A second create accepted while the cache never
+                // showed the first proves the same. A budget spent on such writes is a contest.
+                let suspected = std::mem::take(&mut self.contest.suspected);
+                let unseen = kind == WriteKind::Create
+                    && std::mem::replace(&mut self.contest.created_unseen, true);
+                if unseen && !suspected {
+                    self.contest.by = None;
+                    self.corrections = self.corrections.saturating_add(1);
+                }
+                if unseen || suspected {
+                    self.contest.streak = self.contest.streak.saturating_add(1);
+                    if self.budget.is_spent() {
+                        self.declare_contest();
                     }
                 }
+                self.contest.standing = Some(Accepted {
+                    kind,
+                    basis: basis.clone(),
+                    generation,
+                    echoed: false,
+                });
+                self.contest.undone = false;
+                self.contest.undo_uncounted = false;
                 self.last_write = Some(kind);
                 self.written_basis = Some(basis.clone());
                 self.attempt = 0;
-                self.last_error = None;
-                self.error_since = None;
+                self.clear_error();
                 let tier = self.spec.name().to_owned();
                 self.events.push_back(match kind {
                     WriteKind::Create => TierEvent::Created { tier },
                     WriteKind::Update => TierEvent::Corrected {
                         tier,
-                        fields: C::ENSURED_FIELDS,
+                        fields: drift,
                     },
                 });
                 self.phase = Phase::AwaitEcho {
                     basis,
+                    generation,
                     deadline: saturating_add(now, self.echo_wait),
                     confirmed: now,
                 };
@@ -391,7 +476,9 @@ impl<C: Controller> TierMachine<C> {
         {
             self.attempt = 0;
             self.error_since = Some(now);
+            self.denial_reported = false;
         }
+        self.denial_rule = None;
         self.failed_kind = Some(kind);
         self.attempt = self.attempt.saturating_add(1);
         let unit = self.rng.f64();
@@ -406,7 +493,7 @@ impl<C: Controller> TierMachine<C> {
                     .delay(self.attempt, None, unit)
                     .max(self.echo_wait)
                     .min(config.backoff.cap);
-                (wait, Wake::TierChange(basis))
+                (wait, Wake::TierChange { basis, generation })
             }
             ErrorClass::Transient => (
                 config.backoff.delay(self.attempt, error.retry_after, unit),
@@ -420,23 +507,35 @@ impl<C: Controller> TierMachine<C> {
                     .delay(self.attempt, error.retry_after, unit)
                     .max(self.echo_wait)
                     .min(config.backoff.cap);
-                (wait, Wake::TierChange(basis))
+                (wait, Wake::TierChange { basis, generation })
             }
             ErrorClass::Denied => {
                 // A lagging webhook catches up within a few seconds: retry fast until then. A
                 // denial that outlasts that is not lag; it warns once and slows to the
-                // transient backoff.
-                let backoff = if self.attempt <= config.denied_warn_after {
+                // transient backoff. A denial by a rule the controller recognises is not lag
+                // either: it warns at once, in the rule's words, and retries slowly.
+                let observed = match &self.observed {
+                    Observed::Present(tier) => Some(tier),
+                    _ => None,
+                };
+                let rule = C::explain_denial(&self.spec, observed, &error.message);
+                let lag_possible = rule.is_none() && self.attempt <= config.denied_warn_after;
+                let backoff = if lag_possible {
                     config.denied_backoff
                 } else {
                     config.backoff
                 };
-                if self.attempt == config.denied_warn_after {
+                if !self.denial_reported
+                    && (rule.is_some() || self.attempt >= config.denied_warn_after)
+                {
+                    self.denial_reported = true;
                     self.events.push_back(TierEvent::Denied {
                         tier,
                         message: error.message.clone(),
+                        rule: rule.clone(),
                     });
                 }
+                self.denial_rule = rule;
                 (
                     backoff.delay(self.attempt, error.retry_after, unit),
                     Wake::Never,
@@ -521,7 +620,7 @@ impl<C: Controller> TierMachine<C> {
         if self.phase != Phase::Ready {
             return None;
         }
-        let action = match decide(&self.spec, &self.observed) {
+        let (action, drift) = match decide(&self.spec, &self.observed) {
             Decision::WaitForSync | Decision::InSync => return None,
             Decision::Create => {
                 if let Some(blocker) = self.blocker.clone() {
@@ -529,24 +628,32 @@ impl<C: Controller> TierMachine<C> {
                     self.emit_blocked(blocker);
                     return None;
                 }
-                Action::Create(self.spec.clone())
+                (Action::Create(self.spec.clone()), Drift::default())
             }
-            Decision::Update { resource_version } => Action::Update {
-                tier: self.spec.clone(),
+            Decision::Update {
                 resource_version,
-            },
+                drift,
+            } => (
+                Action::Update {
+                    tier: self.spec.clone(),
+                    resource_version,
+                },
+                drift,
+            ),
         };
         let overwritten = self
             .written_basis
             .as_ref()
             .is_some_and(|basis| *basis != self.fingerprint());
-        if !self.spend(now, self.was_in_sync || overwritten) {
+        let correction = self.was_in_sync || overwritten || self.contest.undo_uncounted;
+        if !self.spend(now, correction) {
             return None;
         }
         self.phase = Phase::InFlight {
             basis: self.fingerprint(),
             generation: self.generation,
             kind: action.kind(),
+            drift,
         };
         Some(action)
     }
@@ -584,8 +691,15 @@ impl<C: Controller> TierMachine<C> {
             Phase::Hold { until } => Some(*until),
             _ => held.map(|h| h.until),
         };
+        // A cause of its own (a block, an error other than a Conflict) is what the Tier shows,
+        // contested or not: only another writer's undo makes a contest.
+        let own_cause = matches!(self.phase, Phase::Blocked { .. })
+            || self
+                .last_error
+                .as_ref()
+                .is_some_and(|e| e.class != ErrorClass::Stale);
         let contested = contested_until
-            .filter(|_| self.contest.contested && self.phase != Phase::Converged)
+            .filter(|_| self.contest.contested && self.phase != Phase::Converged && !own_cause)
             .map(|until| TierState::Contested {
                 streak: self.contest.streak,
                 until,
@@ -612,6 +726,7 @@ impl<C: Controller> TierMachine<C> {
                         since,
                         attempt,
                         message,
+                        rule: self.denial_rule.clone(),
                     },
                     ErrorClass::Forbidden => TierState::Forbidden {
                         since,
@@ -654,43 +769,110 @@ impl<C: Controller> TierMachine<C> {
     }
 
     /// Spends from the write budget for the write about to go, or holds it; `false` when
-    /// held. `new_correction`: the write restores a Tier someone else changed.
+    /// held. `new_correction`: the write restores a Tier someone else changed (counted in
+    /// `corrections` once it goes).
+    ///
+    /// A held write makes a contest only when it would restore an accepted write another
+    /// writer undid, and no cause of its own (a denial, a refusal, a failure) stands in the
+    /// way: judged by what the server confirmed.
     fn spend(&mut self, now: Instant, new_correction: bool) -> bool {
-        let correction = new_correction || self.contest.correcting;
         match self.budget.spend(&self.config.contest, now) {
             Spend::Hold(until, _) => {
                 self.phase = Phase::Hold { until };
-                if correction && !self.contest.contested {
-                    self.contest.contested = true;
-                    self.events.push_back(TierEvent::Contested {
-                        tier: self.spec.name().to_owned(),
-                        streak: self.contest.streak,
-                        by: self.contest.by.clone(),
-                    });
+                let own_cause = self
+                    .last_error
+                    .as_ref()
+                    .is_some_and(|e| e.class != ErrorClass::Stale);
+                if self.contest.undone && self.contest.streak > 0 && !own_cause {
+                    self.declare_contest();
                 }
                 false
             }
             Spend::Go => {
                 if new_correction {
-                    self.count_correction();
+                    self.corrections = self.corrections.saturating_add(1);
                     self.was_in_sync = false;
                     self.written_basis = None;
+                    self.contest.undo_uncounted = false;
                 }
                 true
             }
         }
     }
 
-    /// One more correction in the streak; the object, if present, may name who changed it.
-    fn count_correction(&mut self) {
-        if let Observed::Present(tier) = &self.observed
-            && let Some(writer) = tier.last_writer()
-        {
-            self.contest.by = Some(writer.clone());
+    /// The Tier is contested (once per episode): another writer undid accepted writes until the
+    /// budget ran out.
+    fn declare_contest(&mut self) {
+        if !std::mem::replace(&mut self.contest.contested, true) {
+            self.events.push_back(TierEvent::Contested {
+                tier: self.spec.name().to_owned(),
+                streak: self.contest.streak,
+                by: self.contest.by.clone(),
+            });
         }
-        self.contest.streak = self.contest.streak.saturating_add(1);
-        self.contest.correcting = true;
-        self.corrections = self.corrections.saturating_add(1);
+    }
+
+    /// Whether the cache saw this Tier deleted after `generation`.
+    fn deleted_since(&self, generation: Generation) -> bool {
+        self.deleted_at.is_some_and(|at| at > generation)
+    }
+
+    /// Whether the cache shows the Tier changed since a write or failure decided on `basis` at
+    /// `generation`: another resourceVersion (or absence), or a deletion seen since.
+    fn changed_since(&self, basis: &Fingerprint, generation: Generation) -> bool {
+        *basis != self.fingerprint() || self.deleted_since(generation)
+    }
+
+    /// Judges the standing accepted write against the current observation: undone when the
+    /// cache shows the Tier deleted since the write was decided, or not in sync at another
+    /// resourceVersion than the write's basis (the write's own result comes first: after it,
+    /// any change is another writer's). An undo names the writer the object names (none for a
+    /// deletion) and makes the next write a correction; it counts in the streak at once for an
+    /// update, at the next accepted write for a create (see [`Contest`]).
+    fn judge_standing(&mut self) {
+        let Some(standing) = &mut self.contest.standing else {
+            return;
+        };
+        let deleted = self.deleted_at.is_some_and(|at| at > standing.generation);
+        let moved = standing.basis != self.observed.resource_version().map(str::to_owned);
+        let undone = match decide(&self.spec, &self.observed) {
+            Decision::WaitForSync => false,
+            Decision::InSync => {
+                standing.echoed |= moved;
+                false
+            }
+            Decision::Create | Decision::Update { .. } => deleted || moved || standing.echoed,
+        };
+        if !undone {
+            return;
+        }
+        let kind = standing.kind;
+        self.contest.standing = None;
+        self.contest.undone = true;
+        self.contest.undo_uncounted = true;
+        // The deletion is seen: a second create proves no other one.
+        self.contest.created_unseen = false;
+        // A create's object changed with no deletion seen since is certainly the create's;
+        // gone, it may have been another's, deleted before the create applied.
+        let certain = kind == WriteKind::Update
+            || (!deleted && matches!(self.observed, Observed::Present(_)));
+        if certain {
+            self.contest.streak = self.contest.streak.saturating_add(1);
+        } else {
+            self.contest.suspected = true;
+        }
+        self.contest.by = match &self.observed {
+            Observed::Present(tier) => tier.last_writer().cloned(),
+            _ => None,
+        };
+    }
+
+    /// The last failed call's cause is gone (a success, or the Tier converged).
+    fn clear_error(&mut self) {
+        self.last_error = None;
+        self.error_since = None;
+        self.denial_rule = None;
+        self.denial_reported = false;
     }
 
     /// The budget is full again: its holds, the streak and a contest are over.
@@ -713,17 +895,20 @@ impl<C: Controller> TierMachine<C> {
     fn advance_timers(&mut self, now: Instant) {
         let ready = match &self.phase {
             Phase::AwaitEcho {
-                deadline, basis, ..
+                deadline,
+                basis,
+                generation,
+                ..
             } if now >= *deadline => {
-                if *basis == self.fingerprint() {
+                if !self.changed_since(basis, *generation) {
                     self.echo_missed();
                 }
                 true
             }
             Phase::AwaitEcho { .. } => false,
             Phase::Waiting { until, wake } if now >= *until => {
-                if let Wake::TierChange(basis) = wake
-                    && *basis == self.fingerprint()
+                if let Wake::TierChange { basis, generation } = wake
+                    && !self.changed_since(basis, *generation)
                 {
                     self.cache_lagged();
                 }
@@ -746,12 +931,16 @@ impl<C: Controller> TierMachine<C> {
 
     /// Moves through every transition that the current inputs (not time) allow.
     fn advance(&mut self, now: Instant) {
+        self.judge_standing();
         match &self.phase {
             Phase::InFlight { .. } => return,
             Phase::Unsynced if self.observed == Observed::Unknown => return,
             Phase::AwaitEcho {
-                basis, confirmed, ..
-            } if *basis != self.fingerprint() => {
+                basis,
+                generation,
+                confirmed,
+                ..
+            } if self.changed_since(basis, *generation) => {
                 let delay = now.saturating_duration_since(*confirmed);
                 self.echo_seen(delay);
             }
@@ -763,7 +952,11 @@ impl<C: Controller> TierMachine<C> {
         }
         let ready = match &self.phase {
             Phase::Unsynced | Phase::Ready | Phase::Converged => true,
-            Phase::AwaitEcho { basis, .. } => *basis != self.fingerprint(),
+            // The cache shows the write (or what came after it), or a deletion since: a
+            // create and its deletion seen together end the wait at once.
+            Phase::AwaitEcho {
+                basis, generation, ..
+            } => self.changed_since(basis, *generation),
             Phase::Blocked { .. } => self.blocker.is_none() || !self.wants_create(),
             // A refusal concerns its verb: a Tier now needing the other verb does not wait
             // on it (RBAC grants create and update separately).
@@ -840,10 +1033,13 @@ impl<C: Controller> TierMachine<C> {
         self.phase = Phase::Converged;
         self.maybe_created = false;
         self.attempt = 0;
-        self.last_error = None;
-        self.error_since = None;
+        self.clear_error();
         self.budget.settle();
-        self.contest.correcting = false;
+        // Someone else may have restored it (or a suspected undo was another's object):
+        // nothing is left to correct.
+        self.contest.undone = false;
+        self.contest.suspected = false;
+        self.contest.undo_uncounted = false;
         self.was_in_sync = true;
         self.converged_at.get_or_insert(now);
     }
@@ -851,7 +1047,7 @@ impl<C: Controller> TierMachine<C> {
     fn woken(&self, wake: &Wake) -> bool {
         match wake {
             Wake::Never => false,
-            Wake::TierChange(basis) => *basis != self.fingerprint(),
+            Wake::TierChange { basis, generation } => self.changed_since(basis, *generation),
             Wake::SetChange { generation, .. } => self.generation > *generation,
         }
     }

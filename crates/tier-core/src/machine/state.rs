@@ -8,6 +8,15 @@ use super::WriteKind;
 use crate::error::ErrorClass;
 use crate::observe::FieldWriter;
 
+/// `1 time in a row`, `3 times in a row`.
+pub(crate) fn times(n: u32) -> String {
+    if n == 1 {
+        "1 time in a row".to_owned()
+    } else {
+        format!("{n} times in a row")
+    }
+}
+
 /// `another writer (kubectl-edit, at ...)`, or `another writer`.
 pub(crate) fn writer_words(by: Option<&FieldWriter>) -> String {
     match by {
@@ -42,8 +51,9 @@ pub enum TierState {
         /// Why, e.g. `priority 150 is held by Tier team-a`.
         reason: String,
     },
-    /// The server denies a write the observed set allows (its admission webhook's view lags
-    /// ours, or it applies a rule we do not know); retried on a short backoff.
+    /// The server denies a write the observed set allows: its admission webhook's view lags
+    /// ours (retried on a short backoff), or it applies a rule the controller recognises
+    /// (`rule`, retried on the slow backoff).
     Denied {
         /// When the first denial in a row arrived.
         since: Instant,
@@ -51,6 +61,9 @@ pub enum TierState {
         attempt: u32,
         /// The server's message.
         message: String,
+        /// The rule the denial comes from and its fix, in words, when the controller recognises
+        /// it ([`Controller::explain_denial`](crate::Controller::explain_denial)).
+        rule: Option<String>,
     },
     /// tierd lacks a permission; retried on a slow backoff.
     Forbidden {
@@ -72,15 +85,16 @@ pub enum TierState {
         /// The server's message.
         message: String,
     },
-    /// Someone keeps changing the Tier back faster than the contest rule allows; the next
-    /// correction is held off.
+    /// Another writer undid writes the server had accepted from tierd, and the write budget is
+    /// spent: the next correction is held off. Judged by what the server confirmed: denied,
+    /// refused or failed writes never make a contest.
     Contested {
-        /// Corrections in the current streak.
+        /// tierd's accepted writes another writer undid, since the budget was last full.
         streak: u32,
         /// When the held-off correction will be made.
         until: Instant,
-        /// The other writer, where the object names it (the `managedFields` manager that
-        /// last set the field tierd corrects).
+        /// The writer that last undid one, where the object names it (the `managedFields`
+        /// manager that last set a field tierd corrects); `None` for a deletion.
         by: Option<FieldWriter>,
     },
 }
@@ -134,6 +148,12 @@ impl fmt::Display for TierState {
             } => write!(f, "{label} after {} ({class}): {error}", attempts(*attempt)),
             TierState::Blocked { reason, .. } => write!(f, "{label}: {reason}"),
             TierState::Denied {
+                attempt,
+                message,
+                rule: Some(rule),
+                ..
+            } => write!(f, "{label} after {}: {message}; {rule}", attempts(*attempt)),
+            TierState::Denied {
                 attempt, message, ..
             } => write!(
                 f,
@@ -159,9 +179,9 @@ impl fmt::Display for TierState {
             } => write!(f, "{label} after {}: {message}", attempts(*attempt)),
             TierState::Contested { streak, by, .. } => write!(
                 f,
-                "{label}: {} keeps changing it back ({streak} corrections in a row); the next \
-                 correction is held off",
-                writer_words(by.as_ref())
+                "{label}: {} undid tierd's accepted writes ({}); the next correction is held off",
+                writer_words(by.as_ref()),
+                times(*streak)
             ),
         }
     }
@@ -229,7 +249,9 @@ pub struct TierStatus {
     pub outcomes: OutcomeCounts,
     /// Corrections made so far (see [`ContestPolicy`](super::ContestPolicy)).
     pub corrections: u64,
-    /// Whether someone keeps changing the Tier back (see [`ContestPolicy`](super::ContestPolicy)).
+    /// Whether the Tier is contested: another writer undid tierd's accepted writes until the
+    /// write budget ran out; back to `false` once the budget is full again (see
+    /// [`ContestPolicy`](super::ContestPolicy)).
     pub contested: bool,
     /// Set while the Tier's write budget is spent (see [`ContestPolicy`](super::ContestPolicy)): its writes are held
     /// off, whatever their cause. The state says the cause (contested, or the error).

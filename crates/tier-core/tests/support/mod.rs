@@ -128,6 +128,7 @@ impl TierLister for FakeCache {
         Snapshot {
             generation,
             tiers: tiers.map(Arc::new),
+            ..Snapshot::default()
         }
     }
 

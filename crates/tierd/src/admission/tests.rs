@@ -55,6 +55,7 @@ fn gated(identity: ControllerIdentity) -> IdentityGated {
     let lister: Arc<dyn tier_core::TierLister> = Arc::new(FixedLister::new(Snapshot {
         generation: 1,
         tiers: Some(Arc::new(tiers)),
+        ..Snapshot::default()
     }));
     let readiness = Readiness::new();
     readiness.register(TIER_CACHE_SYNCED, CacheSynced::new(lister.clone()));
