@@ -15,7 +15,8 @@
 //! Every check registered with the [`Readiness`] registry: a required one decides the answer,
 //! an informational one is only listed (see [`Readiness::register_informational`]). The
 //! standard registry requires what the served handlers need, `tier-cache-synced` (the webhook
-//! reads the Tier cache) and `shutdown`, and registers `system-tiers` as informational; `tierd
+//! reads the Tier cache) and `shutdown`, and registers `system-tiers` (latched) and
+//! `tiers-unobstructed` (what stands in a Tier's way now) as informational; `tierd
 //! run` also registers the policy-cache checks (`acnp-cache-synced`, `annp-cache-synced`) as
 //! informational, because only the webhook's DELETE needs them (see
 //! [`readiness`](crate::readiness)).
