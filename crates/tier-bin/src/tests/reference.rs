@@ -363,7 +363,7 @@ fn examples() -> Vec<TierEvent> {
             message: "admission webhook \"tiervalidator.antrea.io\" denied the request: update \
                       to Tier priority is not allowed"
                 .into(),
-            rule: tier_core::Antrea::explain_denial(
+            rule: <tier_core::Antrea as tier_core::Controller>::explain_denial(
                 &tier_core::TierSpec::new("org-security", 90, ""),
                 Some(&tier_core::ObservedTier {
                     name: "org-security".into(),
