@@ -160,20 +160,24 @@ pub(crate) async fn plan<C: ControllerMode>(args: &PlanArgs) -> Result<u8, Comma
     let server = config.cluster_url.to_string();
     let client = tier_kube::client::client_from_config(config)?;
     let lister = C::watch_tiers(&client, &C::settings_from(&args.cluster))?;
-    if tokio::time::timeout(args.timeout, lister.wait_synced())
+    let synced = tokio::time::timeout(args.timeout, lister.wait_synced())
         .await
-        .is_err()
-    {
+        .is_ok();
+    let (snapshot, cache) = (lister.snapshot(), lister.watch_stats().last_error);
+    // The watch's task ends here, before the client and the runtime: left running, it met them
+    // shutting down and logged "buffer's worker closed unexpectedly" after a successful plan.
+    lister.stop().await;
+    if !synced {
         return Err(CommandError::SyncTimeout {
             after: args.timeout,
             server,
-            cache: lister.watch_stats().last_error,
+            cache,
         });
     }
     // Creates are reviewed as the controller's admission would (Antrea's webhook for any user:
     // the user matters only for updates, which plan does not predict).
     let admission = C::default_admission();
-    let records = plan::records(&desired, &lister.snapshot(), admission.as_ref());
+    let records = plan::records(&desired, &snapshot, admission.as_ref());
     let text = match args.output {
         Output::Table => plan::table::<C>(&records),
         Output::Json => plan::json(&records).map_err(|e| CommandError::Output(e.to_string()))?,
@@ -221,13 +225,16 @@ pub(crate) async fn ensure<C: ControllerMode>(args: &EnsureArgs) -> Result<(), C
             Stopped::Cancelled
         }
     };
+    let status = status.current();
+    let last_error = watch.watch_stats().last_error;
+    // The driver is done (or cancelled): end the watch before the client and the runtime.
+    watch.stop().await;
     match (stopped, interrupted, args.timeout) {
         (Stopped::Converged, _, _) => Ok(()),
         (_, true, _) => Err(CommandError::Interrupted),
         (_, false, after) => {
-            let status = status.current();
             let cache = (!status.synced).then(|| {
-                watch.watch_stats().last_error.map_or_else(
+                last_error.map_or_else(
                     || format!("no answer yet from {server}"),
                     |error| format!("{error} (API server {server})"),
                 )

@@ -1,8 +1,9 @@
 //! [`KubeLister`]: the [`TierLister`] port on a kube-runtime reflector, for any controller's
 //! Tier object ([`KubeTier`]; Antrea's [`Tier`] by default).
 //!
-//! A `watcher` on `Api<T>::all` (with kube's client-go-like `default_backoff`) feeds a
-//! `reflector` that keeps a [`Store<T>`]. A task, spawned by [`KubeLister::start`] and
+//! A `watcher` on `Api<T>::all`, retried by a [`RetryWatch`] (kube's client-go-like
+//! `DefaultBackoff`, or the [`RetryBackoff`] given), feeds a `reflector` that keeps a
+//! [`Store<T>`]. A task, spawned by [`KubeLister::start`] and
 //! aborted when the last clone of the lister is dropped, polls that stream and, after every
 //! applied event (`Apply`, `Delete`, `InitDone`) that changed what the core can observe, bumps a
 //! generation counter and publishes it, with that view of the store, on a `tokio::sync::watch`
@@ -24,8 +25,19 @@
 //! A dropped watch is restarted from the last resourceVersion; a watch answered with 410 Gone
 //! makes the watcher list again, and the store swaps in the complete new list at `InitDone`,
 //! dropping Tiers deleted in between. Either way every change made while the watch was down
-//! shows up in the store and bumps the generation. Errors are logged, counted and kept for
-//! metrics ([`KubeLister::watch_stats`]); the watcher retries with backoff and never gives up.
+//! shows up in the store and bumps the generation. Errors are counted and kept in words for
+//! metrics and readiness ([`KubeLister::watch_stats`]); the watcher retries with backoff (reset
+//! only once the API server answered: see [`crate::backoff`]) and never gives up. The log says
+//! an outage once: a WARN when the watch starts failing, a reminder at most every
+//! [`OUTAGE_REMINDER`](crate::backoff::OUTAGE_REMINDER), and "recovered after …" at the first
+//! complete list or change after it ([`OutageLog`]). A 410 Gone is routine, logged at DEBUG.
+//!
+//! # Stopping
+//!
+//! The task ends when the last clone is dropped (it is aborted, and it reads nothing more once
+//! no lister is left). A command that drops its client and runtime right after should
+//! [`stop`](KubeLister::stop) the lister first, which returns once the task is gone: the watch
+//! then never meets a client or runtime shutting down under it.
 //!
 //! # Resources
 //!
@@ -57,12 +69,12 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher::{self, DefaultBackoff};
 use tier_core::{Generation, Snapshot, TierLister};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backoff::RetryBackoff;
+use crate::backoff::{OutageLog, RetryBackoff, RetryWatch};
 use crate::crd::Tier;
 use crate::explain::ResourceHints;
 use crate::kube_tier::{KubeTier, Observed};
@@ -137,6 +149,7 @@ pub struct ListerFeed<T: KubeTier = Tier> {
     hints: ResourceHints,
     published: watch::Sender<Published<T>>,
     stats: Arc<Mutex<WatchStats>>,
+    outage: OutageLog,
 }
 
 /// What the feed last published: the generation and, from the first complete list, the view
@@ -158,6 +171,11 @@ impl<T: KubeTier> ListerFeed<T> {
     /// Takes in one item of the reflector stream (already applied to the store): counts lists
     /// and errors, and bumps the generation when what the core can observe changed.
     pub fn observe(&mut self, event: &Result<watcher::Event<T>, watcher::Error>) {
+        if let Ok(event) = event
+            && crate::backoff::is_progress(event)
+        {
+            self.outage.answered();
+        }
         match event {
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
             Ok(
@@ -182,13 +200,23 @@ impl<T: KubeTier> ListerFeed<T> {
                 }
             }
             Err(error) => {
-                let error = crate::explain::watch_error_about(error, &self.hints);
-                tracing::warn!(%error, "Tier watch failed; retrying with backoff");
+                let words = crate::explain::watch_error_about(error, &self.hints);
+                if crate::explain::is_expired(error) {
+                    // Routine: the watcher lists again; the relist's InitDone says it worked.
+                    tracing::debug!(error = %words, "Tier watch expired; listing again");
+                } else {
+                    self.outage.failed(&words);
+                }
                 let mut stats = lock(&self.stats);
                 stats.errors += 1;
-                stats.last_error = Some(error);
+                stats.last_error = Some(words);
             }
         }
+    }
+
+    /// Whether no lister reads what this feed publishes any more (every clone was dropped).
+    fn is_orphaned(&self) -> bool {
+        self.published.is_closed()
     }
 }
 
@@ -203,7 +231,10 @@ impl KubeLister<Tier> {
     /// configuration.
     pub fn start_with(api: Api<Tier>, config: watcher::Config) -> Result<Self, ListerError> {
         let (store, writer) = reflector::store();
-        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+        let events = reflector::reflector(
+            writer,
+            RetryWatch::new(watcher::watcher(api, config), DefaultBackoff::default()),
+        );
         Self::from_reflector(store, events)
     }
 
@@ -237,7 +268,10 @@ impl<T: KubeTier> KubeLister<T> {
         let api = Api::<T>::all_with(client, &resource);
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
-        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
+        let events = reflector::reflector(
+            writer,
+            RetryWatch::new(watcher::watcher(api, config), DefaultBackoff::default()),
+        );
         Self::from_reflector_with(resource, store, events)
     }
 
@@ -253,7 +287,7 @@ impl<T: KubeTier> KubeLister<T> {
         let api = Api::<T>::all_with(client, &resource);
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
-        let events = reflector::reflector(writer, watcher(api, config).backoff(backoff));
+        let events = reflector::reflector(writer, RetryWatch::new(watcher::watcher(api, config), backoff));
         Self::from_reflector_with(resource, store, events)
     }
 
@@ -284,11 +318,14 @@ impl<T: KubeTier> KubeLister<T> {
             tiers: None,
         });
         let stats = Arc::new(Mutex::new(WatchStats::default()));
+        let hints = T::hints(&resource);
+        let outage = OutageLog::new(format!("the Tier watch ({})", hints.resource));
         let feed = ListerFeed {
             store: store.clone(),
-            hints: T::hints(&resource),
+            hints,
             published: published_tx,
             stats: stats.clone(),
+            outage,
         };
         let lister = Self {
             inner: Arc::new(Inner {
@@ -307,6 +344,21 @@ impl<T: KubeTier> KubeLister<T> {
     /// kube's retry layer off ([`client::writer_client`](crate::client::writer_client)).
     pub fn writer(&self, client: kube::Client, config: WriterConfig) -> KubeWriter<T> {
         KubeWriter::new_with(client, self.inner.resource.clone(), self.store(), config)
+    }
+
+    /// Stops the watch and returns once its task is gone, when this is the last clone (else it
+    /// only drops this one: the others keep the watch). Call it before dropping the client and
+    /// the runtime (a command about to exit), so that nothing of the watch runs while they shut
+    /// down.
+    pub async fn stop(self) {
+        let Some(mut inner) = Arc::into_inner(self.inner) else {
+            return;
+        };
+        if let Some(task) = inner.task.take() {
+            task.abort();
+            // Cancelled (or, had it ended, finished): either way it is gone.
+            let _ = task.await;
+        }
     }
 
     /// The reflector's store of full Tier objects (for a webhook, or the writer's updates).
@@ -390,6 +442,11 @@ where
 {
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
+        if feed.is_orphaned() {
+            // Every lister is gone (the task is being aborted): whatever this item says (a
+            // client or runtime shutting down under it), nobody reads it.
+            return;
+        }
         feed.observe(&event);
     }
     tracing::error!("Tier watch stream ended; the Tier cache will no longer change");

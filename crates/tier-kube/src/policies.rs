@@ -44,7 +44,6 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::core::{ClusterResourceScope, NamespaceResourceScope};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff};
 use serde::Deserialize;
@@ -52,6 +51,8 @@ use tier_core::admission::ReferenceIndex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::backoff::{OutageLog, RetryWatch};
+use crate::explain::ResourceHints;
 use crate::lister::ListerError;
 
 /// The API group of Antrea's policies.
@@ -312,7 +313,7 @@ impl<K: PolicyKind> PolicyCache<K> {
     ) -> Result<Self, ListerError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
         let (cache, version) = Self::detached();
-        let events = watcher::watcher(api, config).backoff(backoff);
+        let events = RetryWatch::new(watcher::watcher(api, config), backoff);
         let task = runtime.spawn(drive(events, Arc::clone(&cache.shared), version));
         Ok(Self {
             task: Arc::new(TaskGuard(Some(task))),
@@ -444,6 +445,27 @@ fn not_installed(error: &watcher::Error) -> bool {
     }
 }
 
+/// What the words of a policy watch's failures say to do: RBAC in tierd's install, or Antrea.
+fn hints<K: PolicyKind>() -> ResourceHints {
+    ResourceHints {
+        resource: format!("{}.{GROUP}", K::PLURAL),
+        rbac: "deploy/base/rbac.yaml",
+        install: "install Antrea",
+    }
+}
+
+/// A policy watch failure in words (never Rust `Debug`): `listing Antrea
+/// ClusterNetworkPolicies failed: 403 Forbidden: ...; grant tierd's user get, list and watch on
+/// clusternetworkpolicies.crd.antrea.io (see deploy/base/rbac.yaml)`.
+fn words<K: PolicyKind>(error: &watcher::Error) -> String {
+    crate::explain::watch_error_of(
+        error,
+        K::NOUN,
+        &format!("{} watch", K::KIND),
+        &hints::<K>(),
+    )
+}
+
 /// Polls the watch forever, keeping the index.
 async fn drive<K, S>(events: S, shared: Arc<RwLock<Shared>>, version: watch::Sender<u64>)
 where
@@ -453,7 +475,17 @@ where
     let mut events = std::pin::pin!(events);
     // A relist is buffered and swapped in at `InitDone`, so readers never see half a list.
     let mut relist: Option<Index> = None;
+    let mut outage = OutageLog::new(format!("the {} watch ({}.{GROUP})", K::KIND, K::PLURAL));
     while let Some(event) = events.next().await {
+        if version.is_closed() {
+            // Every cache is gone (the task is being aborted): nobody reads this item.
+            return;
+        }
+        if let Ok(event) = &event
+            && crate::backoff::is_progress(event)
+        {
+            outage.answered();
+        }
         let mut guard = shared.write().unwrap_or_else(PoisonError::into_inner);
         let changed = !matches!(
             event,
@@ -478,6 +510,8 @@ where
             Ok(watcher::Event::Apply(policy)) => guard.index.apply(policy.key(), policy.tier),
             Ok(watcher::Event::Delete(policy)) => guard.index.delete(&policy.key()),
             Err(error) if not_installed(&error) => {
+                // An answer: the server is there, the CRD is not.
+                outage.answered();
                 if guard.state != CacheState::NotInstalled {
                     tracing::info!(
                         kind = K::KIND,
@@ -490,9 +524,14 @@ where
                 guard.state = CacheState::NotInstalled;
             }
             Err(error) => {
-                tracing::warn!(kind = K::KIND, %error, "policy watch failed; retrying with backoff");
+                let words = words::<K>(&error);
+                if crate::explain::is_expired(&error) {
+                    tracing::debug!(kind = K::KIND, error = %words, "policy watch expired; listing again");
+                } else {
+                    outage.failed(&words);
+                }
                 if let CacheState::Unsynced(last) = &mut guard.state {
-                    *last = Some(error.to_string());
+                    *last = Some(words);
                 }
             }
         }

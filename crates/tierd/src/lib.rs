@@ -86,8 +86,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use kube::Api;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tier_core::calico::Calico;
 use tier_core::{
@@ -388,22 +387,18 @@ pub fn watch_tiers(client: &kube::Client) -> Result<KubeLister, tier_kube::liste
     watch_resource(client, ())
 }
 
-/// A Tier cache of `resource` on its own watch, with the start-up backoff.
+/// A Tier cache of `resource` on its own watch, with the start-up backoff (reset only once
+/// the API server answered; see [`tier_kube::backoff`]).
 pub(crate) fn watch_resource<T: KubeTier>(
     client: &kube::Client,
     resource: T::DynamicType,
 ) -> Result<KubeLister<T>, tier_kube::lister::ListerError> {
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<T>::all_with(client.clone(), &resource),
-            watcher::Config::default(),
-        )
-        .backoff(RetryBackoff::default()),
-    );
-    KubeLister::from_reflector_with(resource, store, events)
+    KubeLister::watch_with_backoff(
+        client.clone(),
+        resource,
+        watcher::Config::default(),
+        RetryBackoff::default(),
+    )
 }
 
 /// The `tier-cache-synced` check on `lister`, its reason carrying the watch's last error.
