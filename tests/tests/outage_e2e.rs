@@ -108,7 +108,10 @@ async fn twenty_seconds_of_refused_connections_cost_a_few_lines_and_converge_wit
     let loud_lines = loud(&tierd);
     let (_, readyz) = tierd.get("/readyz?verbose").await;
     assert!(readyz.contains("connection refused"), "{readyz}");
-    assert!(!readyz.contains("Status {") && !readyz.contains("ApiError"), "{readyz}");
+    assert!(
+        !readyz.contains("Status {") && !readyz.contains("ApiError"),
+        "{readyz}"
+    );
 
     let cluster = absent.start(antrea_admission()).await;
     let took = converged(&tierd, &cluster).await;
@@ -160,7 +163,10 @@ async fn twenty_seconds_of_503s_are_paced_quiet_and_converge_within_3_s() {
         readyz.contains("503 ServiceUnavailable: the server is currently unable"),
         "{readyz}"
     );
-    assert!(!readyz.contains("Status {") && !readyz.contains("ApiError"), "{readyz}");
+    assert!(
+        !readyz.contains("Status {") && !readyz.contains("ApiError"),
+        "{readyz}"
+    );
 
     for fault in faults {
         cluster.server.remove_fault(fault);

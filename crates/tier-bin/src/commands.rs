@@ -126,8 +126,8 @@ pub(crate) fn client_options(args: &ClusterArgs) -> ClientOptions {
 }
 
 /// The clients the flags select, from one configuration: the shared one (kube's defaults,
-/// retries on: the watch, Events, identity) and the writer's (retries off; see
-/// [`tier_kube::client`]). Sends no request.
+/// retries on: Events, the metrics reviews) and the retry-free one (the writer and tierd's own
+/// retry loops; see [`tierd::Clients`]). Sends no request.
 pub(crate) async fn clients(args: &ClusterArgs) -> Result<tierd::Clients, CommandError> {
     let config = tier_kube::client::config(&client_options(args)).await?;
     Ok(tierd::Clients::from_config(config)?)
@@ -158,7 +158,8 @@ pub(crate) async fn plan<C: ControllerMode>(args: &PlanArgs) -> Result<u8, Comma
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
-    let client = tier_kube::client::client_from_config(config)?;
+    // Retries off: the watch's own backoff is its only retry loop (kube's would hide a 503).
+    let client = tier_kube::client::writer_client(config)?;
     let lister = C::watch_tiers(&client, &C::settings_from(&args.cluster))?;
     let synced = tokio::time::timeout(args.timeout, lister.wait_synced())
         .await
@@ -197,8 +198,9 @@ pub(crate) async fn ensure<C: ControllerMode>(args: &EnsureArgs) -> Result<(), C
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
-    let client = tier_kube::client::client_from_config(config.clone())?;
-    let writer_client = tier_kube::client::writer_client(config)?;
+    // Retries off for both: the writes' and the watch's own backoffs are their only retry loops.
+    let client = tier_kube::client::writer_client(config)?;
+    let writer_client = client.clone();
     let lister = C::watch_tiers(&client, &C::settings_from(&args.cluster))?;
     let watch = lister.clone();
     let writer = lister.writer(writer_client, writer_config(&args.cluster));

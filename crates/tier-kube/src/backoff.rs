@@ -327,7 +327,9 @@ mod tests {
     }
 
     /// Polls `stream` until it yields, returning how long that took (virtual time).
-    async fn next_after(stream: &mut RetryWatch<mpsc::UnboundedReceiver<Item>, RetryBackoff>) -> Duration {
+    async fn next_after(
+        stream: &mut RetryWatch<mpsc::UnboundedReceiver<Item>, RetryBackoff>,
+    ) -> Duration {
         let start = Instant::now();
         stream.next().await;
         start.elapsed()
@@ -350,9 +352,16 @@ mod tests {
         // The first Init comes at once; each later one after the wait of the error before it.
         for (n, wait) in waits.iter().enumerate().skip(1) {
             let d = RetryBackoff::STARTUP.nominal(n as u32);
-            assert!(*wait >= d / 2 && *wait <= d, "wait {n}: {wait:?} not in [{:?}, {d:?}]", d / 2);
+            assert!(
+                *wait >= d / 2 && *wait <= d,
+                "wait {n}: {wait:?} not in [{:?}, {d:?}]",
+                d / 2
+            );
         }
-        assert!(waits[8..].iter().all(|w| *w >= Duration::from_secs(1)), "{waits:?}");
+        assert!(
+            waits[8..].iter().all(|w| *w >= Duration::from_secs(1)),
+            "{waits:?}"
+        );
         assert_eq!(stream.failures(), 12);
 
         // A complete list resets it.

@@ -170,7 +170,10 @@ fn said(status: &Status) -> String {
 fn status_words_plain(status: &Status) -> String {
     match (status.code, status.reason.as_str()) {
         (401, _) | (_, "Unauthorized") => {
-            format!("{}; check the kubeconfig's credentials or token", said(status))
+            format!(
+                "{}; check the kubeconfig's credentials or token",
+                said(status)
+            )
         }
         _ => said(status),
     }

@@ -236,8 +236,9 @@ async fn ask_until_answered<F, Fut>(
     Fut: std::future::Future<Output = Result<String, IdentityError>>,
 {
     let mut attempts: u32 = 0;
-    let mut outage =
-        OutageLog::new("asking the API server who tierd is (SelfSubjectReview; UPDATE reviews wait for it)");
+    let mut outage = OutageLog::new(
+        "asking the API server who tierd is (SelfSubjectReview; UPDATE reviews wait for it)",
+    );
     loop {
         let error = match tokio::time::timeout(call_timeout, ask()).await {
             Ok(Ok(user)) => {

@@ -69,6 +69,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
+use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff};
 use tier_core::{Generation, Snapshot, TierLister};
 use tokio::sync::watch;
@@ -149,7 +150,8 @@ pub struct ListerFeed<T: KubeTier = Tier> {
     hints: ResourceHints,
     published: watch::Sender<Published<T>>,
     stats: Arc<Mutex<WatchStats>>,
-    outage: OutageLog,
+    /// Shared with the lister's own watch client, which ends it at the server's first answer.
+    outage: Arc<Mutex<OutageLog>>,
 }
 
 /// What the feed last published: the generation and, from the first complete list, the view
@@ -174,7 +176,7 @@ impl<T: KubeTier> ListerFeed<T> {
         if let Ok(event) = event
             && crate::backoff::is_progress(event)
         {
-            self.outage.answered();
+            lock(&self.outage).answered();
         }
         match event {
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
@@ -205,7 +207,7 @@ impl<T: KubeTier> ListerFeed<T> {
                     // Routine: the watcher lists again; the relist's InitDone says it worked.
                     tracing::debug!(error = %words, "Tier watch expired; listing again");
                 } else {
-                    self.outage.failed(&words);
+                    lock(&self.outage).failed(&words);
                 }
                 let mut stats = lock(&self.stats);
                 stats.errors += 1;
@@ -230,12 +232,8 @@ impl KubeLister<Tier> {
     /// Like [`start`](KubeLister::start), with an explicit API handle and watcher
     /// configuration.
     pub fn start_with(api: Api<Tier>, config: watcher::Config) -> Result<Self, ListerError> {
-        let (store, writer) = reflector::store();
-        let events = reflector::reflector(
-            writer,
-            RetryWatch::new(watcher::watcher(api, config), DefaultBackoff::default()),
-        );
-        Self::from_reflector(store, events)
+        // Tiers are cluster-scoped: the handle is `Api::all` of its client.
+        Self::own_watch(api.into_client(), (), config, DefaultBackoff::default())
     }
 
     /// A lister on an embedder's reflector: `store` is its store and `events` the stream
@@ -265,14 +263,7 @@ impl<T: KubeTier> KubeLister<T> {
         resource: T::DynamicType,
         config: watcher::Config,
     ) -> Result<Self, ListerError> {
-        let api = Api::<T>::all_with(client, &resource);
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
-        let events = reflector::reflector(
-            writer,
-            RetryWatch::new(watcher::watcher(api, config), DefaultBackoff::default()),
-        );
-        Self::from_reflector_with(resource, store, events)
+        Self::own_watch(client, resource, config, DefaultBackoff::default())
     }
 
     /// [`watch`](Self::watch) retrying failed lists and watches at `backoff`'s pace (tierd's
@@ -284,11 +275,31 @@ impl<T: KubeTier> KubeLister<T> {
         config: watcher::Config,
         backoff: RetryBackoff,
     ) -> Result<Self, ListerError> {
+        Self::own_watch(client, resource, config, backoff)
+    }
+
+    /// The lister's own watch of `resource`: retried at `backoff`'s pace ([`RetryWatch`]),
+    /// through a client that ends the outage log at the server's first answer
+    /// ([`observed`](crate::client::observed)), so that a watch resumed after an outage says
+    /// it recovered even if nothing changed.
+    fn own_watch<B: Backoff + 'static>(
+        client: kube::Client,
+        resource: T::DynamicType,
+        config: watcher::Config,
+        backoff: B,
+    ) -> Result<Self, ListerError> {
+        tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
+        let outage = Arc::new(Mutex::new(outage_log(&T::hints(&resource))));
+        let answered = Arc::clone(&outage);
+        let client = crate::client::observed(client, move || lock(&answered).answered());
         let api = Api::<T>::all_with(client, &resource);
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
-        let events = reflector::reflector(writer, RetryWatch::new(watcher::watcher(api, config), backoff));
-        Self::from_reflector_with(resource, store, events)
+        let events = reflector::reflector(
+            writer,
+            RetryWatch::new(watcher::watcher(api, config), backoff),
+        );
+        Self::spawned(resource, store, events, outage)
     }
 
     /// [`from_reflector`](KubeLister::from_reflector) for `resource`: the store's writer must
@@ -301,8 +312,22 @@ impl<T: KubeTier> KubeLister<T> {
     where
         S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
     {
+        let outage = Arc::new(Mutex::new(outage_log(&T::hints(&resource))));
+        Self::spawned(resource, store, events, outage)
+    }
+
+    /// A lister whose task polls `events`, logging outages on `outage`.
+    fn spawned<S>(
+        resource: T::DynamicType,
+        store: Store<T>,
+        events: S,
+        outage: Arc<Mutex<OutageLog>>,
+    ) -> Result<Self, ListerError>
+    where
+        S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+    {
         let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
-        let (mut lister, feed) = Self::shared_with(resource, store);
+        let (mut lister, feed) = Self::shared_parts(resource, store, outage);
         let task = runtime.spawn(drive(events, feed));
         if let Some(inner) = Arc::get_mut(&mut lister.inner) {
             inner.task = Some(task);
@@ -313,16 +338,24 @@ impl<T: KubeTier> KubeLister<T> {
     /// [`shared`](KubeLister::shared) for `resource` (see
     /// [`from_reflector_with`](Self::from_reflector_with)).
     pub fn shared_with(resource: T::DynamicType, store: Store<T>) -> (Self, ListerFeed<T>) {
+        let outage = Arc::new(Mutex::new(outage_log(&T::hints(&resource))));
+        Self::shared_parts(resource, store, outage)
+    }
+
+    /// The lister and its feed, logging outages on `outage`.
+    fn shared_parts(
+        resource: T::DynamicType,
+        store: Store<T>,
+        outage: Arc<Mutex<OutageLog>>,
+    ) -> (Self, ListerFeed<T>) {
         let (published_tx, published) = watch::channel(Published {
             generation: 0,
             tiers: None,
         });
         let stats = Arc::new(Mutex::new(WatchStats::default()));
-        let hints = T::hints(&resource);
-        let outage = OutageLog::new(format!("the Tier watch ({})", hints.resource));
         let feed = ListerFeed {
             store: store.clone(),
-            hints,
+            hints: T::hints(&resource),
             published: published_tx,
             stats: stats.clone(),
             outage,
@@ -452,8 +485,13 @@ where
     tracing::error!("Tier watch stream ended; the Tier cache will no longer change");
 }
 
-fn lock(stats: &Mutex<WatchStats>) -> std::sync::MutexGuard<'_, WatchStats> {
-    stats.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<V>(mutex: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the lister of `hints`' resource logs about an outage of its watch.
+fn outage_log(hints: &ResourceHints) -> OutageLog {
+    OutageLog::new(format!("the Tier watch ({})", hints.resource))
 }
 
 #[cfg(test)]
@@ -680,6 +718,41 @@ mod tests {
         })
         .await
         .unwrap();
+    }
+
+    /// A stream that never yields and says when it was dropped.
+    struct Watched(Arc<std::sync::atomic::AtomicBool>);
+
+    impl futures::Stream for Watched {
+        type Item = Result<watcher::Event<Tier>, watcher::Error>;
+        fn poll_next(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn stop_returns_once_the_watch_is_gone() {
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (store, _writer) = reflector::store();
+        let lister = KubeLister::from_reflector(store, Watched(gone.clone())).unwrap();
+        tokio::task::yield_now().await;
+        let clone = lister.clone();
+        // Not the last clone: the watch goes on.
+        clone.stop().await;
+        assert!(!gone.load(std::sync::atomic::Ordering::SeqCst));
+        // The last: the watch's stream (and the client it holds) is dropped before `stop`
+        // returns, so a command can drop its client and runtime right after.
+        lister.stop().await;
+        assert!(gone.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[test]

@@ -38,7 +38,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -294,27 +294,39 @@ impl<K: PolicyKind> PolicyCache<K> {
     /// [`ListerError::NoRuntime`] outside a tokio runtime.
     pub fn start(client: kube::Client) -> Result<Self, ListerError> {
         Self::start_with(
-            Api::all(client),
+            client,
             watcher::Config::default(),
             DefaultBackoff::default(),
         )
     }
 
-    /// Like [`start`](Self::start), with an explicit API handle, watcher configuration and
-    /// retry backoff (also the pace at which a missing CRD is looked for again).
+    /// Like [`start`](Self::start), with an explicit watcher configuration and retry backoff
+    /// (also the pace at which a missing CRD is looked for again). The watch covers the whole
+    /// cluster (every namespace), through `client` wrapped to tell the outage log when the API
+    /// server answers ([`observed`](crate::client::observed)).
     ///
     /// # Errors
     ///
     /// [`ListerError::NoRuntime`] outside a tokio runtime.
     pub fn start_with(
-        api: Api<PolicyRef<K>>,
+        client: kube::Client,
         config: watcher::Config,
         backoff: impl Backoff + 'static,
     ) -> Result<Self, ListerError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
         let (cache, version) = Self::detached();
-        let events = RetryWatch::new(watcher::watcher(api, config), backoff);
-        let task = runtime.spawn(drive(events, Arc::clone(&cache.shared), version));
+        let outage = Arc::new(Mutex::new(OutageLog::new(format!(
+            "the {} watch ({}.{GROUP})",
+            K::KIND,
+            K::PLURAL
+        ))));
+        let answered = Arc::clone(&outage);
+        let client = crate::client::observed(client, move || lock(&answered).answered());
+        let events = RetryWatch::new(
+            watcher::watcher(Api::<PolicyRef<K>>::all(client), config),
+            backoff,
+        );
+        let task = runtime.spawn(drive(events, Arc::clone(&cache.shared), version, outage));
         Ok(Self {
             task: Arc::new(TaskGuard(Some(task))),
             ..cache
@@ -435,6 +447,10 @@ impl<K: PolicyKind> ReferenceIndex for PolicyCache<K> {
     }
 }
 
+fn lock<V>(mutex: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Whether `error` says the resource does not exist (the CRD is not installed).
 fn not_installed(error: &watcher::Error) -> bool {
     match error {
@@ -458,24 +474,22 @@ fn hints<K: PolicyKind>() -> ResourceHints {
 /// ClusterNetworkPolicies failed: 403 Forbidden: ...; grant tierd's user get, list and watch on
 /// clusternetworkpolicies.crd.antrea.io (see deploy/base/rbac.yaml)`.
 fn words<K: PolicyKind>(error: &watcher::Error) -> String {
-    crate::explain::watch_error_of(
-        error,
-        K::NOUN,
-        &format!("{} watch", K::KIND),
-        &hints::<K>(),
-    )
+    crate::explain::watch_error_of(error, K::NOUN, &format!("{} watch", K::KIND), &hints::<K>())
 }
 
 /// Polls the watch forever, keeping the index.
-async fn drive<K, S>(events: S, shared: Arc<RwLock<Shared>>, version: watch::Sender<u64>)
-where
+async fn drive<K, S>(
+    events: S,
+    shared: Arc<RwLock<Shared>>,
+    version: watch::Sender<u64>,
+    outage: Arc<Mutex<OutageLog>>,
+) where
     K: PolicyKind,
     S: futures::Stream<Item = Result<watcher::Event<PolicyRef<K>>, watcher::Error>>,
 {
     let mut events = std::pin::pin!(events);
     // A relist is buffered and swapped in at `InitDone`, so readers never see half a list.
     let mut relist: Option<Index> = None;
-    let mut outage = OutageLog::new(format!("the {} watch ({}.{GROUP})", K::KIND, K::PLURAL));
     while let Some(event) = events.next().await {
         if version.is_closed() {
             // Every cache is gone (the task is being aborted): nobody reads this item.
@@ -484,7 +498,7 @@ where
         if let Ok(event) = &event
             && crate::backoff::is_progress(event)
         {
-            outage.answered();
+            lock(&outage).answered();
         }
         let mut guard = shared.write().unwrap_or_else(PoisonError::into_inner);
         let changed = !matches!(
@@ -511,7 +525,7 @@ where
             Ok(watcher::Event::Delete(policy)) => guard.index.delete(&policy.key()),
             Err(error) if not_installed(&error) => {
                 // An answer: the server is there, the CRD is not.
-                outage.answered();
+                lock(&outage).answered();
                 if guard.state != CacheState::NotInstalled {
                     tracing::info!(
                         kind = K::KIND,
@@ -528,7 +542,7 @@ where
                 if crate::explain::is_expired(&error) {
                     tracing::debug!(kind = K::KIND, error = %words, "policy watch expired; listing again");
                 } else {
-                    outage.failed(&words);
+                    lock(&outage).failed(&words);
                 }
                 if let CacheState::Unsynced(last) = &mut guard.state {
                     *last = Some(words);

@@ -56,6 +56,8 @@ struct Asked {
 struct FakeApi {
     mode: Arc<Mutex<Mode>>,
     asked: Arc<Mutex<Vec<Asked>>>,
+    /// Ends every open watch when notified.
+    ends: Arc<tokio::sync::Notify>,
 }
 
 impl FakeApi {
@@ -63,6 +65,7 @@ impl FakeApi {
         Self {
             mode: Arc::new(Mutex::new(mode)),
             asked: Arc::default(),
+            ends: Arc::default(),
         }
     }
 
@@ -72,6 +75,22 @@ impl FakeApi {
 
     fn set(&self, mode: Mode) {
         *self.mode.lock().unwrap() = mode;
+    }
+
+    /// Ends the watches that are open (as a restarting API server does).
+    fn end_watches(&self) {
+        self.ends.notify_waiters();
+    }
+
+    /// The watches (not lists) of `resource`.
+    fn watches(&self, resource: &str) -> Vec<Instant> {
+        self.asked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.what.contains(resource) && a.what.contains("watch=true"))
+            .map(|a| a.at)
+            .collect()
     }
 
     /// When requests whose method, path and query contain `pattern` were made.
@@ -120,9 +139,13 @@ fn full(text: String) -> Body {
 
 type Response = http::Response<Body>;
 
-/// A body that never ends and never sends: a watch that stays open and quiet.
-fn open_body() -> Body {
-    StreamBody::new(futures::stream::pending()).boxed_unsync()
+/// A body that sends nothing and ends when `ends` is notified: a watch that stays open and
+/// quiet until the server drops it.
+fn open_body(ends: Arc<tokio::sync::Notify>) -> Body {
+    let open = futures::StreamExt::take_until(futures::stream::pending(), async move {
+        ends.notified().await;
+    });
+    StreamBody::new(open).boxed_unsync()
 }
 
 impl tower_service::Service<http::Request<kube::client::Body>> for FakeApi {
@@ -172,7 +195,7 @@ impl tower_service::Service<http::Request<kube::client::Body>> for FakeApi {
             }
             Mode::Answer if watch => {
                 // A watch that stays open and quiet.
-                Ok(http::Response::new(open_body()))
+                Ok(http::Response::new(open_body(Arc::clone(&self.ends))))
             }
             Mode::Answer => {
                 let list = serde_json::json!({
@@ -277,7 +300,11 @@ async fn the_tier_watch_through(mode: Mode) {
     tokio::time::sleep(OUTAGE).await;
 
     let lists = api.lists("/tiers");
-    println!("{mode:?} for {OUTAGE:?}: {} lists, waits {:?}", lists.len(), gaps(&lists));
+    println!(
+        "{mode:?} for {OUTAGE:?}: {} lists, waits {:?}",
+        lists.len(),
+        gaps(&lists)
+    );
     let floor = match mode {
         Mode::TooMany => Duration::from_secs(3),
         _ => Duration::ZERO,
@@ -302,7 +329,10 @@ async fn the_tier_watch_through(mode: Mode) {
         Mode::Answer => unreachable!(),
     };
     assert!(words.contains(expected), "{words}");
-    assert!(!words.contains("Status {") && !words.contains("ApiError"), "{words}");
+    assert!(
+        !words.contains("Status {") && !words.contains("ApiError"),
+        "{words}"
+    );
 
     // One WARN for the whole outage, saying why in words.
     let loud = logs.loud();
@@ -373,7 +403,7 @@ async fn a_policy_watch_outage_is_paced_worded_and_warned_once() {
     let (logs, _guard) = Logs::capture();
     let api = FakeApi::new(Mode::Unavailable);
     let cache = PolicyCache::<ClusterNetworkPolicies>::start_with(
-        kube::Api::all(api.client()),
+        api.client(),
         watcher::Config::default(),
         RetryBackoff::default(),
     )
@@ -389,7 +419,10 @@ async fn a_policy_watch_outage_is_paced_worded_and_warned_once() {
         ),
         "{reason}"
     );
-    assert!(!reason.contains("Status {") && !reason.contains("ApiError"), "{reason}");
+    assert!(
+        !reason.contains("Status {") && !reason.contains("ApiError"),
+        "{reason}"
+    );
     let loud = logs.loud();
     assert_eq!(loud.len(), 1, "{loud:#?}");
     assert!(loud[0].contains("ClusterNetworkPolicy watch"), "{loud:#?}");
@@ -421,7 +454,10 @@ async fn the_identity_outage_is_worded_and_warned_once() {
         error.contains("503 ServiceUnavailable: the server is currently unable"),
         "{error}"
     );
-    assert!(!error.contains("Status {") && !error.contains("ApiError"), "{error}");
+    assert!(
+        !error.contains("Status {") && !error.contains("ApiError"),
+        "{error}"
+    );
     assert_paced(&gaps(&api.times("selfsubjectreviews")), Duration::ZERO);
     assert_eq!(logs.loud().len(), 1, "{:#?}", logs.loud());
     api.set(Mode::Answer);
@@ -433,4 +469,55 @@ async fn the_identity_outage_is_worded_and_warned_once() {
         logs.matching(tracing::Level::INFO, "recovered after").len(),
         1
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_resumed_after_an_outage_says_it_recovered_though_nothing_changed() {
+    let (logs, _guard) = Logs::capture();
+    let api = FakeApi::new(Mode::Answer);
+    let lister = KubeLister::<Tier>::watch_with_backoff(
+        api.client(),
+        (),
+        watcher::Config::default(),
+        RetryBackoff::default(),
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), lister.wait_synced())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(api.lists("/tiers").len(), 1);
+
+    // The server goes away mid-run: its watch ends, every new one is answered 503.
+    api.set(Mode::Unavailable);
+    let outage = Instant::now();
+    api.end_watches();
+    tokio::time::sleep(OUTAGE).await;
+    let watches: Vec<Instant> = api
+        .watches("/tiers")
+        .into_iter()
+        .filter(|at| *at >= outage)
+        .collect();
+    assert_paced(&gaps(&watches), Duration::ZERO);
+    assert!((10..=23).contains(&watches.len()), "{watches:?}");
+    assert_eq!(api.lists("/tiers").len(), 1, "no relist: the watch resumes");
+    assert_eq!(logs.loud().len(), 1, "{:#?}", logs.loud());
+    assert!(
+        logs.loud()[0].contains("starting the Tier watch failed: 503 ServiceUnavailable"),
+        "{:#?}",
+        logs.loud()
+    );
+
+    // Back: the watch starts again and yields nothing (nothing changed); the log still says
+    // the outage ended, within one capped wait.
+    api.set(Mode::Answer);
+    let back = Instant::now();
+    tokio::time::sleep(RetryBackoff::STARTUP.cap).await;
+    let recovered = logs.matching(tracing::Level::INFO, "recovered after");
+    assert_eq!(recovered.len(), 1, "{:#?}", logs.0.lock().unwrap());
+    assert!(
+        api.watches("/tiers").last().is_some_and(|at| *at >= back),
+        "watched again"
+    );
+    assert_eq!(logs.loud().len(), 1, "{:#?}", logs.loud());
 }
