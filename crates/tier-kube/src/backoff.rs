@@ -100,7 +100,7 @@ impl Backoff for RetryBackoff {
 /// The `Retry-After` of a watcher failure: the `details.retryAfterSeconds` of the API server's
 /// Status (kube-apiserver sets it with the header, on 429 and some 5xx), at most
 /// [`RETRY_AFTER_CAP`].
-pub fn retry_after(error: &watcher::Error) -> Option<Duration> {
+pub(crate) fn retry_after(error: &watcher::Error) -> Option<Duration> {
     let status = match error {
         watcher::Error::InitialListFailed(kube::Error::Api(status))
         | watcher::Error::WatchStartFailed(kube::Error::Api(status))
@@ -115,7 +115,7 @@ pub fn retry_after(error: &watcher::Error) -> Option<Duration> {
 /// Whether a watcher item shows the API server answered and the watch made progress: a
 /// complete list (`InitDone`) or a change on an established watch. `Init` is yielded before
 /// any request and `InitApply` by a list that may still fail on a later page: neither is.
-pub fn is_progress<K>(event: &watcher::Event<K>) -> bool {
+pub(crate) fn is_progress<K>(event: &watcher::Event<K>) -> bool {
     matches!(
         event,
         watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)
@@ -123,9 +123,10 @@ pub fn is_progress<K>(event: &watcher::Event<K>) -> bool {
 }
 
 /// A watcher stream retried at `backoff`'s pace: after an error it is not polled again until
-/// the wait passed (at least the error's [`retry_after`]); the backoff resets only on
-/// [progress](is_progress). Ends after an error when the backoff gives up (a [`RetryBackoff`]
-/// never does).
+/// the wait passed (at least the `Retry-After` of the error's Status, `details.retryAfterSeconds`,
+/// at most [`RETRY_AFTER_CAP`]); the backoff resets only on progress (a complete list, a change
+/// on an established watch: not `Init`, not a first page). Ends after an error when the
+/// backoff gives up (a [`RetryBackoff`] never does).
 ///
 /// Built by [`RetryWatch::new`] around `kube::runtime::watcher(..)`, before the reflector or
 /// after it.

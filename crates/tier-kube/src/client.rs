@@ -149,7 +149,7 @@ pub fn writer_client(mut config: Config) -> Result<Client, ClientError> {
 /// policy caches watch through such a client and end their outage log at the first answer.
 /// Spawns a task (kube's request buffer), so it must be called within a tokio runtime; the
 /// task ends when the last clone of the returned client is dropped.
-pub fn observed(client: Client, answered: impl Fn() + Send + Sync + 'static) -> Client {
+pub(crate) fn observed(client: Client, answered: impl Fn() + Send + Sync + 'static) -> Client {
     let namespace = client.default_namespace().to_owned();
     Client::new(
         Observed {

@@ -5,8 +5,9 @@
 //! connection failure stops at "client error (Connect)", hiding "connection refused" in the source
 //! chain. This module is the one place kube errors become words: [`watch_error`] is what the
 //! [`KubeLister`](crate::lister::KubeLister) keeps as its last error and logs, and what `tierd`
-//! prints when the Tier cache does not sync; [`watch_error_of`] words the policy caches'
-//! failures and [`error_words`] any other call's (the controller identity's SelfSubjectReview).
+//! prints when the Tier cache does not sync; the same words serve the policy caches' failures
+//! and any other call's (the controller identity's SelfSubjectReview, the certificate's
+//! Secret): the server's code, reason and message, or the network cause.
 //!
 //! ```
 //! use kube::core::Status;
@@ -63,7 +64,7 @@ pub fn watch_error_about(error: &watcher::Error, hints: &ResourceHints) -> Strin
 /// A watcher failure in words for any watched resource: `listing {plural} failed: ...`,
 /// `starting the {watch} failed: ...`, with what to do about `hints`' resource (the policy
 /// caches say `Antrea ClusterNetworkPolicies` and `ClusterNetworkPolicy watch`).
-pub fn watch_error_of(
+pub(crate) fn watch_error_of(
     error: &watcher::Error,
     plural: &str,
     watch: &str,
@@ -89,7 +90,7 @@ pub fn watch_error_of(
 
 /// Whether a watcher failure is the routine end of a watch whose resourceVersion is too old
 /// (410 Gone / Expired): the watcher lists again, nothing is down.
-pub fn is_expired(error: &watcher::Error) -> bool {
+pub(crate) fn is_expired(error: &watcher::Error) -> bool {
     matches!(error, watcher::Error::WatchError(status) if status.code == 410)
 }
 
@@ -109,7 +110,7 @@ pub fn client_error_about(error: &kube::Error, hints: &ResourceHints) -> String 
 /// Any kube client failure in words, about no resource in particular (a SelfSubjectReview, a
 /// Secret): `403 Forbidden: <message>` as the server said it, or the network error underneath
 /// (`connection refused: ...`). Never Rust `Debug` text.
-pub fn error_words(error: &kube::Error) -> String {
+pub(crate) fn error_words(error: &kube::Error) -> String {
     match error {
         kube::Error::Api(status) => status_words_plain(status),
         other => transport_words(other),
@@ -233,6 +234,45 @@ mod tests {
             "the Tier watch failed: 410 Expired: too old resource version: 1 (5)"
         );
         assert!(!text.contains("Status {"), "{text}");
+    }
+
+    #[test]
+    fn any_call_is_said_in_the_servers_words_without_tier_hints() {
+        let status = Status::failure(
+            "selfsubjectreviews.authentication.k8s.io is forbidden",
+            "Forbidden",
+        )
+        .with_code(403);
+        let text = error_words(&kube::Error::Api(status.boxed()));
+        assert_eq!(
+            text,
+            "403 Forbidden: selfsubjectreviews.authentication.k8s.io is forbidden"
+        );
+        let unauthorized = Status::failure("Unauthorized", "Unauthorized").with_code(401);
+        assert!(
+            error_words(&kube::Error::Api(unauthorized.boxed())).ends_with("credentials or token")
+        );
+        // A policy watch names its own resource and noun.
+        let hints = ResourceHints {
+            resource: "networkpolicies.crd.antrea.io".into(),
+            rbac: "deploy/base/rbac.yaml",
+            install: "install Antrea",
+        };
+        let forbidden = Status::failure("no", "Forbidden").with_code(403);
+        let error = watcher::Error::WatchStartFailed(kube::Error::Api(forbidden.boxed()));
+        assert_eq!(
+            watch_error_of(
+                &error,
+                "Antrea NetworkPolicies",
+                "NetworkPolicy watch",
+                &hints
+            ),
+            "starting the NetworkPolicy watch failed: 403 Forbidden: no; grant tierd's user get, \
+             list and watch on networkpolicies.crd.antrea.io (see deploy/base/rbac.yaml)"
+        );
+        assert!(is_expired(&watcher::Error::WatchError(
+            Status::failure("too old", "Expired").with_code(410).boxed()
+        )));
     }
 
     #[tokio::test]

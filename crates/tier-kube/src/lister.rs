@@ -280,7 +280,7 @@ impl<T: KubeTier> KubeLister<T> {
 
     /// The lister's own watch of `resource`: retried at `backoff`'s pace ([`RetryWatch`]),
     /// through a client that ends the outage log at the server's first answer
-    /// ([`observed`](crate::client::observed)), so that a watch resumed after an outage says
+    /// (`client::observed`), so that a watch resumed after an outage says
     /// it recovered even if nothing changed.
     fn own_watch<B: Backoff + 'static>(
         client: kube::Client,

@@ -303,7 +303,8 @@ impl<K: PolicyKind> PolicyCache<K> {
     /// Like [`start`](Self::start), with an explicit watcher configuration and retry backoff
     /// (also the pace at which a missing CRD is looked for again). The watch covers the whole
     /// cluster (every namespace), through `client` wrapped to tell the outage log when the API
-    /// server answers ([`observed`](crate::client::observed)).
+    /// server answers (a watch resumed after an outage says it recovered though nothing
+    /// changed).
     ///
     /// # Errors
     ///
