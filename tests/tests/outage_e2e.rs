@@ -73,6 +73,18 @@ fn said(tierd: &Tierd, text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Nothing of a watch outlived the runtime at exit: no "buffer's worker closed" line.
+async fn exited_quietly(tierd: &Tierd) {
+    // Let the log reader catch up with what the process wrote before it exited.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let late: Vec<String> = tierd
+        .logs()
+        .into_iter()
+        .filter(|line| line.contains("worker closed"))
+        .collect();
+    assert!(late.is_empty(), "{late:#?}");
+}
+
 /// Waits until the Tiers are stored and `/readyz` answers 200: how long that took.
 async fn converged(tierd: &Tierd, cluster: &Cluster) -> Duration {
     let from = Instant::now();
@@ -140,6 +152,7 @@ async fn twenty_seconds_of_refused_connections_cost_a_few_lines_and_converge_wit
 
     tierd.terminate().await;
     assert!(tierd.wait(Duration::from_secs(5)).await.unwrap().success());
+    exited_quietly(&tierd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,6 +210,7 @@ async fn twenty_seconds_of_503s_are_paced_quiet_and_converge_within_3_s() {
 
     tierd.terminate().await;
     assert!(tierd.wait(Duration::from_secs(5)).await.unwrap().success());
+    exited_quietly(&tierd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

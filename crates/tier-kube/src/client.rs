@@ -21,7 +21,11 @@
 //!
 //! Nothing else changes: [`client`] and [`client_from_config`] keep kube's defaults, so an
 //! embedder's shared client (its own calls, the Tier watch, Events) keeps its retries. tierd
-//! itself builds both from one [`config`]: the shared one, and a second for its writes.
+//! itself builds both from one [`config`]: the shared one (Events, the metrics reviews), and a
+//! second without retries for its writes and for its own retry loops (the watches, the
+//! identity, the certificate), which pace themselves
+//! ([`RetryBackoff`](crate::backoff::RetryBackoff)): under a watch, kube's 15 retries of a 503
+//! would hide an outage from it for minutes and delay its recovery.
 //!
 //! # TLS
 //!
