@@ -126,8 +126,8 @@ pub(crate) fn client_options(args: &ClusterArgs) -> ClientOptions {
 }
 
 /// The clients the flags select, from one configuration: the shared one (kube's defaults,
-/// retries on: the watch, Events, identity) and the writer's (retries off; see
-/// [`tier_kube::client`]). Sends no request.
+/// retries on: Events, the metrics reviews) and the retry-free one (the writer and tierd's own
+/// retry loops; see [`tierd::Clients`]). Sends no request.
 pub(crate) async fn clients(args: &ClusterArgs) -> Result<tierd::Clients, CommandError> {
     let config = tier_kube::client::config(&client_options(args)).await?;
     Ok(tierd::Clients::from_config(config)?)
@@ -158,22 +158,27 @@ pub(crate) async fn plan<C: ControllerMode>(args: &PlanArgs) -> Result<u8, Comma
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
-    let client = tier_kube::client::client_from_config(config)?;
+    // Retries off: the watch's own backoff is its only retry loop (kube's would hide a 503).
+    let client = tier_kube::client::writer_client(config)?;
     let lister = C::watch_tiers(&client, &C::settings_from(&args.cluster))?;
-    if tokio::time::timeout(args.timeout, lister.wait_synced())
+    let synced = tokio::time::timeout(args.timeout, lister.wait_synced())
         .await
-        .is_err()
-    {
+        .is_ok();
+    let (snapshot, cache) = (lister.snapshot(), lister.watch_stats().last_error);
+    // The watch's task ends here, before the client and the runtime: left running, it met them
+    // shutting down and logged "buffer's worker closed unexpectedly" after a successful plan.
+    lister.stop().await;
+    if !synced {
         return Err(CommandError::SyncTimeout {
             after: args.timeout,
             server,
-            cache: lister.watch_stats().last_error,
+            cache,
         });
     }
     // Creates are reviewed as the controller's admission would (Antrea's webhook for any user:
     // the user matters only for updates, which plan does not predict).
     let admission = C::default_admission();
-    let records = plan::records(&desired, &lister.snapshot(), admission.as_ref());
+    let records = plan::records(&desired, &snapshot, admission.as_ref());
     let text = match args.output {
         Output::Table => plan::table::<C>(&records),
         Output::Json => plan::json(&records).map_err(|e| CommandError::Output(e.to_string()))?,
@@ -193,8 +198,9 @@ pub(crate) async fn ensure<C: ControllerMode>(args: &EnsureArgs) -> Result<(), C
     let config = tier_kube::client::config(&client_options(&args.cluster)).await?;
     // The server, for error messages ("connection refused" to which server).
     let server = config.cluster_url.to_string();
-    let client = tier_kube::client::client_from_config(config.clone())?;
-    let writer_client = tier_kube::client::writer_client(config)?;
+    // Retries off for both: the writes' and the watch's own backoffs are their only retry loops.
+    let client = tier_kube::client::writer_client(config)?;
+    let writer_client = client.clone();
     let lister = C::watch_tiers(&client, &C::settings_from(&args.cluster))?;
     let watch = lister.clone();
     let writer = lister.writer(writer_client, writer_config(&args.cluster));
@@ -221,13 +227,16 @@ pub(crate) async fn ensure<C: ControllerMode>(args: &EnsureArgs) -> Result<(), C
             Stopped::Cancelled
         }
     };
+    let status = status.current();
+    let last_error = watch.watch_stats().last_error;
+    // The driver is done (or cancelled): end the watch before the client and the runtime.
+    watch.stop().await;
     match (stopped, interrupted, args.timeout) {
         (Stopped::Converged, _, _) => Ok(()),
         (_, true, _) => Err(CommandError::Interrupted),
         (_, false, after) => {
-            let status = status.current();
             let cache = (!status.synced).then(|| {
-                watch.watch_stats().last_error.map_or_else(
+                last_error.map_or_else(
                     || format!("no answer yet from {server}"),
                     |error| format!("{error} (API server {server})"),
                 )

@@ -158,8 +158,9 @@ impl SelfSignedConfig {
 pub enum CertError {
     /// An API call failed.
     #[error(
-        "cannot {verb} {object}: {source}; check that the object exists and that tierd's RBAC \
-         allows it (deploy/components/self-signed-cert/rbac.yaml)"
+        "cannot {verb} {object}: {}; check that the object exists and that tierd's RBAC \
+         allows it (deploy/components/self-signed-cert/rbac.yaml)",
+        crate::explain::error_words(.source)
     )]
     Api {
         /// What tierd tried: `get` or `update`.

@@ -21,7 +21,11 @@
 //!
 //! Nothing else changes: [`client`] and [`client_from_config`] keep kube's defaults, so an
 //! embedder's shared client (its own calls, the Tier watch, Events) keeps its retries. tierd
-//! itself builds both from one [`config`]: the shared one, and a second for its writes.
+//! itself builds both from one [`config`]: the shared one (Events, the metrics reviews), and a
+//! second without retries for its writes and for its own retry loops (the watches, the
+//! identity, the certificate), which pace themselves
+//! ([`RetryBackoff`](crate::backoff::RetryBackoff)): under a watch, kube's 15 retries of a 503
+//! would hide an outage from it for minutes and delay its recovery.
 //!
 //! # TLS
 //!
@@ -40,7 +44,11 @@
 //! # }
 //! ```
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -134,6 +142,60 @@ pub fn client_from_config(config: Config) -> Result<Client, ClientError> {
 pub fn writer_client(mut config: Config) -> Result<Client, ClientError> {
     config.default_retry = false;
     client_from_config(config)
+}
+
+/// `client`, calling `answered` each time the API server answers a request with a success
+/// (2xx). Requests, answers and errors pass through unchanged; the returned client has kube's
+/// retries exactly when `client` has.
+///
+/// A watch that starts again after an outage yields nothing until something changes, so its
+/// retry loop cannot see from the watch alone that the server is back: the listers and the
+/// policy caches watch through such a client and end their outage log at the first answer.
+/// Spawns a task (kube's request buffer), so it must be called within a tokio runtime; the
+/// task ends when the last clone of the returned client is dropped.
+pub(crate) fn observed(client: Client, answered: impl Fn() + Send + Sync + 'static) -> Client {
+    let namespace = client.default_namespace().to_owned();
+    Client::new(
+        Observed {
+            client,
+            answered: Arc::new(answered),
+        },
+        namespace,
+    )
+}
+
+/// The service of [`observed`]: the inner client's `send`, then the report.
+#[derive(Clone)]
+struct Observed {
+    client: Client,
+    answered: Arc<dyn Fn() + Send + Sync>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<http::Request<kube::client::Body>> for Observed {
+    type Response = http::Response<kube::client::Body>;
+    type Error = BoxError;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<http::Response<kube::client::Body>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // The inner client's buffer is awaited in `send`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        let client = self.client.clone();
+        let answered = Arc::clone(&self.answered);
+        Box::pin(async move {
+            // kube's error goes back boxed; the outer client unboxes it as it was.
+            let response = client.send(request).await.map_err(Box::new)?;
+            if response.status().is_success() {
+                answered();
+            }
+            Ok(response)
+        })
+    }
 }
 
 /// Installs rustls' `ring` provider as the process default, unless one is installed already.

@@ -38,7 +38,7 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backoff::RetryBackoff;
+use crate::backoff::{OutageLog, RetryBackoff};
 
 /// Asking the API server who the client is failed.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +52,8 @@ pub enum IdentityError {
     Unsupported,
     /// The request failed (unreachable server, credentials refused).
     #[error(
-        "cannot ask the API server who this client is: {0}; set the controller user explicitly (--controller-user) or check the connection"
+        "cannot ask the API server who this client is: {}; set the controller user explicitly (--controller-user) or check the connection",
+        crate::explain::error_words(.0)
     )]
     Request(#[source] kube::Error),
     /// The server answered without a user name.
@@ -223,7 +224,8 @@ async fn whoami_owned(client: kube::Client) -> Result<String, IdentityError> {
     whoami(&client).await
 }
 
-/// Asks until answered; logs the first failure and every change of it (not every retry).
+/// Asks until answered; logs the outage once, a reminder at most every
+/// [`OUTAGE_REMINDER`](crate::backoff::OUTAGE_REMINDER), and the answer ([`OutageLog`]).
 async fn ask_until_answered<F, Fut>(
     mut ask: F,
     call_timeout: Duration,
@@ -234,9 +236,13 @@ async fn ask_until_answered<F, Fut>(
     Fut: std::future::Future<Output = Result<String, IdentityError>>,
 {
     let mut attempts: u32 = 0;
+    let mut outage = OutageLog::new(
+        "asking the API server who tierd is (SelfSubjectReview; UPDATE reviews wait for it)",
+    );
     loop {
         let error = match tokio::time::timeout(call_timeout, ask()).await {
             Ok(Ok(user)) => {
+                outage.answered();
                 tracing::info!(%user, attempts, "the API server says who tierd is (SelfSubjectReview)");
                 state.send_replace(IdentityState::Known(user));
                 return;
@@ -246,10 +252,7 @@ async fn ask_until_answered<F, Fut>(
         };
         attempts = attempts.saturating_add(1);
         let words = error.to_string();
-        let changed = !matches!(&*state.borrow(), IdentityState::Pending { last_error: Some(last), .. } if *last == words);
-        if changed {
-            tracing::warn!(%error, attempts, "controller identity not known yet; retrying with backoff (UPDATE reviews wait for it)");
-        }
+        outage.failed(&words);
         state.send_replace(IdentityState::Pending {
             attempts,
             last_error: Some(words),

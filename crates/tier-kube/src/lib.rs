@@ -33,7 +33,9 @@
 //! - [`auth`]: a bearer token and a non-resource request reviewed by the API server
 //!   (TokenReview, SubjectAccessReview), for `/metrics`.
 //! - [`backoff`]: [`RetryBackoff`](backoff::RetryBackoff), the capped, jittered retry pace of the
-//!   watches and start-up requests.
+//!   watches and start-up requests; [`RetryWatch`](backoff::RetryWatch), a watcher retried at
+//!   that pace (reset only once the server answered); [`OutageLog`](backoff::OutageLog), an
+//!   outage said once, with a reminder at most every minute and its end.
 //!
 //! One watch, one store: the writer is made from the lister (it updates from the lister's store),
 //! and a lister can sit on an embedder's own reflector

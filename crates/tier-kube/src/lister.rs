@@ -1,8 +1,9 @@
 //! [`KubeLister`]: the [`TierLister`] port on a kube-runtime reflector, for any controller's
 //! Tier object ([`KubeTier`]; Antrea's [`Tier`] by default).
 //!
-//! A `watcher` on `Api<T>::all` (with kube's client-go-like `default_backoff`) feeds a
-//! `reflector` that keeps a [`Store<T>`]. A task, spawned by [`KubeLister::start`] and
+//! A `watcher` on `Api<T>::all`, retried by a [`RetryWatch`] (kube's client-go-like
+//! `DefaultBackoff`, or the [`RetryBackoff`] given), feeds a `reflector` that keeps a
+//! [`Store<T>`]. A task, spawned by [`KubeLister::start`] and
 //! aborted when the last clone of the lister is dropped, polls that stream and, after every
 //! applied event (`Apply`, `Delete`, `InitDone`) that changed what the core can observe, bumps a
 //! generation counter and publishes it, with that view of the store and the deletions seen so
@@ -27,8 +28,19 @@
 //! A dropped watch is restarted from the last resourceVersion; a watch answered with 410 Gone
 //! makes the watcher list again, and the store swaps in the complete new list at `InitDone`,
 //! dropping Tiers deleted in between. Either way every change made while the watch was down
-//! shows up in the store and bumps the generation. Errors are logged, counted and kept for
-//! metrics ([`KubeLister::watch_stats`]); the watcher retries with backoff and never gives up.
+//! shows up in the store and bumps the generation. Errors are counted and kept in words for
+//! metrics and readiness ([`KubeLister::watch_stats`]); the watcher retries with backoff (reset
+//! only once the API server answered: see [`crate::backoff`]) and never gives up. The log says
+//! an outage once: a WARN when the watch starts failing, a reminder at most every
+//! [`OUTAGE_REMINDER`](crate::backoff::OUTAGE_REMINDER), and "recovered after …" at the first
+//! complete list or change after it ([`OutageLog`]). A 410 Gone is routine, logged at DEBUG.
+//!
+//! # Stopping
+//!
+//! The task ends when the last clone is dropped (it is aborted, and it reads nothing more once
+//! no lister is left). A command that drops its client and runtime right after should
+//! [`stop`](KubeLister::stop) the lister first, which returns once the task is gone: the watch
+//! then never meets a client or runtime shutting down under it.
 //!
 //! # Resources
 //!
@@ -60,12 +72,13 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, DefaultBackoff};
 use tier_core::{Deletions, Generation, Snapshot, TierLister};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backoff::RetryBackoff;
+use crate::backoff::{OutageLog, RetryBackoff, RetryWatch};
 use crate::crd::Tier;
 use crate::explain::ResourceHints;
 use crate::kube_tier::{KubeTier, Observed};
@@ -140,6 +153,8 @@ pub struct ListerFeed<T: KubeTier = Tier> {
     hints: ResourceHints,
     published: watch::Sender<Published<T>>,
     stats: Arc<Mutex<WatchStats>>,
+    /// Shared with the lister's own watch client, which ends it at the server's first answer.
+    outage: Arc<Mutex<OutageLog>>,
 }
 
 /// What the feed last published: the generation and, from the first complete list, the view
@@ -163,6 +178,11 @@ impl<T: KubeTier> ListerFeed<T> {
     /// Takes in one item of the reflector stream (already applied to the store): counts lists
     /// and errors, and bumps the generation when what the core can observe changed.
     pub fn observe(&mut self, event: &Result<watcher::Event<T>, watcher::Error>) {
+        if let Ok(event) = event
+            && crate::backoff::is_progress(event)
+        {
+            lock(&self.outage).answered();
+        }
         match event {
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
             Ok(
@@ -213,13 +233,23 @@ impl<T: KubeTier> ListerFeed<T> {
                 }
             }
             Err(error) => {
-                let error = crate::explain::watch_error_about(error, &self.hints);
-                tracing::warn!(%error, "Tier watch failed; retrying with backoff");
+                let words = crate::explain::watch_error_about(error, &self.hints);
+                if crate::explain::is_expired(error) {
+                    // Routine: the watcher lists again; the relist's InitDone says it worked.
+                    tracing::debug!(error = %words, "Tier watch expired; listing again");
+                } else {
+                    lock(&self.outage).failed(&words);
+                }
                 let mut stats = lock(&self.stats);
                 stats.errors += 1;
-                stats.last_error = Some(error);
+                stats.last_error = Some(words);
             }
         }
+    }
+
+    /// Whether no lister reads what this feed publishes any more (every clone was dropped).
+    fn is_orphaned(&self) -> bool {
+        self.published.is_closed()
     }
 }
 
@@ -233,9 +263,8 @@ impl KubeLister<Tier> {
     /// Like [`start`](KubeLister::start), with an explicit API handle and watcher
     /// configuration.
     pub fn start_with(api: Api<Tier>, config: watcher::Config) -> Result<Self, ListerError> {
-        let (store, writer) = reflector::store();
-        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
-        Self::from_reflector(store, events)
+        // Tiers are cluster-scoped: the handle is `Api::all` of its client.
+        Self::own_watch(api.into_client(), (), config, DefaultBackoff::default())
     }
 
     /// A lister on an embedder's reflector: `store` is its store and `events` the stream
@@ -265,11 +294,7 @@ impl<T: KubeTier> KubeLister<T> {
         resource: T::DynamicType,
         config: watcher::Config,
     ) -> Result<Self, ListerError> {
-        let api = Api::<T>::all_with(client, &resource);
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
-        let events = reflector::reflector(writer, watcher(api, config).default_backoff());
-        Self::from_reflector_with(resource, store, events)
+        Self::own_watch(client, resource, config, DefaultBackoff::default())
     }
 
     /// [`watch`](Self::watch) retrying failed lists and watches at `backoff`'s pace (tierd's
@@ -281,11 +306,31 @@ impl<T: KubeTier> KubeLister<T> {
         config: watcher::Config,
         backoff: RetryBackoff,
     ) -> Result<Self, ListerError> {
+        Self::own_watch(client, resource, config, backoff)
+    }
+
+    /// The lister's own watch of `resource`: retried at `backoff`'s pace ([`RetryWatch`]),
+    /// through a client that ends the outage log at the server's first answer
+    /// (`client::observed`), so that a watch resumed after an outage says
+    /// it recovered even if nothing changed.
+    fn own_watch<B: Backoff + 'static>(
+        client: kube::Client,
+        resource: T::DynamicType,
+        config: watcher::Config,
+        backoff: B,
+    ) -> Result<Self, ListerError> {
+        tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
+        let outage = Arc::new(Mutex::new(outage_log(&T::hints(&resource))));
+        let answered = Arc::clone(&outage);
+        let client = crate::client::observed(client, move || lock(&answered).answered());
         let api = Api::<T>::all_with(client, &resource);
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
-        let events = reflector::reflector(writer, watcher(api, config).backoff(backoff));
-        Self::from_reflector_with(resource, store, events)
+        let events = reflector::reflector(
+            writer,
+            RetryWatch::new(watcher::watcher(api, config), backoff),
+        );
+        Self::spawned(resource, store, events, outage)
     }
 
     /// [`from_reflector`](KubeLister::from_reflector) for `resource`: the store's writer must
@@ -298,8 +343,22 @@ impl<T: KubeTier> KubeLister<T> {
     where
         S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
     {
+        let outage = Arc::new(Mutex::new(outage_log(&T::hints(&resource))));
+        Self::spawned(resource, store, events, outage)
+    }
+
+    /// A lister whose task polls `events`, logging outages on `outage`.
+    fn spawned<S>(
+        resource: T::DynamicType,
+        store: Store<T>,
+        events: S,
+        outage: Arc<Mutex<OutageLog>>,
+    ) -> Result<Self, ListerError>
+    where
+        S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+    {
         let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
-        let (mut lister, feed) = Self::shared_with(resource, store);
+        let (mut lister, feed) = Self::shared_parts(resource, store, outage);
         let task = runtime.spawn(drive(events, feed));
         if let Some(inner) = Arc::get_mut(&mut lister.inner) {
             inner.task = Some(task);
@@ -310,6 +369,16 @@ impl<T: KubeTier> KubeLister<T> {
     /// [`shared`](KubeLister::shared) for `resource` (see
     /// [`from_reflector_with`](Self::from_reflector_with)).
     pub fn shared_with(resource: T::DynamicType, store: Store<T>) -> (Self, ListerFeed<T>) {
+        let outage = Arc::new(Mutex::new(outage_log(&T::hints(&resource))));
+        Self::shared_parts(resource, store, outage)
+    }
+
+    /// The lister and its feed, logging outages on `outage`.
+    fn shared_parts(
+        resource: T::DynamicType,
+        store: Store<T>,
+        outage: Arc<Mutex<OutageLog>>,
+    ) -> (Self, ListerFeed<T>) {
         let (published_tx, published) = watch::channel(Published {
             generation: 0,
             tiers: None,
@@ -321,6 +390,7 @@ impl<T: KubeTier> KubeLister<T> {
             hints: T::hints(&resource),
             published: published_tx,
             stats: stats.clone(),
+            outage,
         };
         let lister = Self {
             inner: Arc::new(Inner {
@@ -339,6 +409,21 @@ impl<T: KubeTier> KubeLister<T> {
     /// kube's retry layer off ([`client::writer_client`](crate::client::writer_client)).
     pub fn writer(&self, client: kube::Client, config: WriterConfig) -> KubeWriter<T> {
         KubeWriter::new_with(client, self.inner.resource.clone(), self.store(), config)
+    }
+
+    /// Stops the watch and returns once its task is gone, when this is the last clone (else it
+    /// only drops this one: the others keep the watch). Call it before dropping the client and
+    /// the runtime (a command about to exit), so that nothing of the watch runs while they shut
+    /// down.
+    pub async fn stop(self) {
+        let Some(mut inner) = Arc::into_inner(self.inner) else {
+            return;
+        };
+        if let Some(task) = inner.task.take() {
+            task.abort();
+            // Cancelled (or, had it ended, finished): either way it is gone.
+            let _ = task.await;
+        }
     }
 
     /// The reflector's store of full Tier objects (for a webhook, or the writer's updates).
@@ -423,13 +508,23 @@ where
 {
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
+        if feed.is_orphaned() {
+            // Every lister is gone (the task is being aborted): whatever this item says (a
+            // client or runtime shutting down under it), nobody reads it.
+            return;
+        }
         feed.observe(&event);
     }
     tracing::error!("Tier watch stream ended; the Tier cache will no longer change");
 }
 
-fn lock(stats: &Mutex<WatchStats>) -> std::sync::MutexGuard<'_, WatchStats> {
-    stats.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<V>(mutex: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What the lister of `hints`' resource logs about an outage of its watch.
+fn outage_log(hints: &ResourceHints) -> OutageLog {
+    OutageLog::new(format!("the Tier watch ({})", hints.resource))
 }
 
 #[cfg(test)]
@@ -688,6 +783,41 @@ mod tests {
         })
         .await
         .unwrap();
+    }
+
+    /// A stream that never yields and says when it was dropped.
+    struct Watched(Arc<std::sync::atomic::AtomicBool>);
+
+    impl futures::Stream for Watched {
+        type Item = Result<watcher::Event<Tier>, watcher::Error>;
+        fn poll_next(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn stop_returns_once_the_watch_is_gone() {
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (store, _writer) = reflector::store();
+        let lister = KubeLister::from_reflector(store, Watched(gone.clone())).unwrap();
+        tokio::task::yield_now().await;
+        let clone = lister.clone();
+        // Not the last clone: the watch goes on.
+        clone.stop().await;
+        assert!(!gone.load(std::sync::atomic::Ordering::SeqCst));
+        // The last: the watch's stream (and the client it holds) is dropped before `stop`
+        // returns, so a command can drop its client and runtime right after.
+        lister.stop().await;
+        assert!(gone.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[test]

@@ -38,13 +38,12 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::core::{ClusterResourceScope, NamespaceResourceScope};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, DefaultBackoff};
 use serde::Deserialize;
@@ -52,6 +51,8 @@ use tier_core::admission::ReferenceIndex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::backoff::{OutageLog, RetryWatch};
+use crate::explain::ResourceHints;
 use crate::lister::ListerError;
 
 /// The API group of Antrea's policies.
@@ -293,27 +294,40 @@ impl<K: PolicyKind> PolicyCache<K> {
     /// [`ListerError::NoRuntime`] outside a tokio runtime.
     pub fn start(client: kube::Client) -> Result<Self, ListerError> {
         Self::start_with(
-            Api::all(client),
+            client,
             watcher::Config::default(),
             DefaultBackoff::default(),
         )
     }
 
-    /// Like [`start`](Self::start), with an explicit API handle, watcher configuration and
-    /// retry backoff (also the pace at which a missing CRD is looked for again).
+    /// Like [`start`](Self::start), with an explicit watcher configuration and retry backoff
+    /// (also the pace at which a missing CRD is looked for again). The watch covers the whole
+    /// cluster (every namespace), through `client` wrapped to tell the outage log when the API
+    /// server answers (a watch resumed after an outage says it recovered though nothing
+    /// changed).
     ///
     /// # Errors
     ///
     /// [`ListerError::NoRuntime`] outside a tokio runtime.
     pub fn start_with(
-        api: Api<PolicyRef<K>>,
+        client: kube::Client,
         config: watcher::Config,
         backoff: impl Backoff + 'static,
     ) -> Result<Self, ListerError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(ListerError::NoRuntime)?;
         let (cache, version) = Self::detached();
-        let events = watcher::watcher(api, config).backoff(backoff);
-        let task = runtime.spawn(drive(events, Arc::clone(&cache.shared), version));
+        let outage = Arc::new(Mutex::new(OutageLog::new(format!(
+            "the {} watch ({}.{GROUP})",
+            K::KIND,
+            K::PLURAL
+        ))));
+        let answered = Arc::clone(&outage);
+        let client = crate::client::observed(client, move || lock(&answered).answered());
+        let events = RetryWatch::new(
+            watcher::watcher(Api::<PolicyRef<K>>::all(client), config),
+            backoff,
+        );
+        let task = runtime.spawn(drive(events, Arc::clone(&cache.shared), version, outage));
         Ok(Self {
             task: Arc::new(TaskGuard(Some(task))),
             ..cache
@@ -434,6 +448,10 @@ impl<K: PolicyKind> ReferenceIndex for PolicyCache<K> {
     }
 }
 
+fn lock<V>(mutex: &Mutex<V>) -> std::sync::MutexGuard<'_, V> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Whether `error` says the resource does not exist (the CRD is not installed).
 fn not_installed(error: &watcher::Error) -> bool {
     match error {
@@ -444,9 +462,29 @@ fn not_installed(error: &watcher::Error) -> bool {
     }
 }
 
+/// What the words of a policy watch's failures say to do: RBAC in tierd's install, or Antrea.
+fn hints<K: PolicyKind>() -> ResourceHints {
+    ResourceHints {
+        resource: format!("{}.{GROUP}", K::PLURAL),
+        rbac: "deploy/base/rbac.yaml",
+        install: "install Antrea",
+    }
+}
+
+/// A policy watch failure in words (never Rust `Debug`): `listing Antrea
+/// ClusterNetworkPolicies failed: 403 Forbidden: ...; grant tierd's user get, list and watch on
+/// clusternetworkpolicies.crd.antrea.io (see deploy/base/rbac.yaml)`.
+fn words<K: PolicyKind>(error: &watcher::Error) -> String {
+    crate::explain::watch_error_of(error, K::NOUN, &format!("{} watch", K::KIND), &hints::<K>())
+}
+
 /// Polls the watch forever, keeping the index.
-async fn drive<K, S>(events: S, shared: Arc<RwLock<Shared>>, version: watch::Sender<u64>)
-where
+async fn drive<K, S>(
+    events: S,
+    shared: Arc<RwLock<Shared>>,
+    version: watch::Sender<u64>,
+    outage: Arc<Mutex<OutageLog>>,
+) where
     K: PolicyKind,
     S: futures::Stream<Item = Result<watcher::Event<PolicyRef<K>>, watcher::Error>>,
 {
@@ -454,6 +492,15 @@ where
     // A relist is buffered and swapped in at `InitDone`, so readers never see half a list.
     let mut relist: Option<Index> = None;
     while let Some(event) = events.next().await {
+        if version.is_closed() {
+            // Every cache is gone (the task is being aborted): nobody reads this item.
+            return;
+        }
+        if let Ok(event) = &event
+            && crate::backoff::is_progress(event)
+        {
+            lock(&outage).answered();
+        }
         let mut guard = shared.write().unwrap_or_else(PoisonError::into_inner);
         let changed = !matches!(
             event,
@@ -478,6 +525,8 @@ where
             Ok(watcher::Event::Apply(policy)) => guard.index.apply(policy.key(), policy.tier),
             Ok(watcher::Event::Delete(policy)) => guard.index.delete(&policy.key()),
             Err(error) if not_installed(&error) => {
+                // An answer: the server is there, the CRD is not.
+                lock(&outage).answered();
                 if guard.state != CacheState::NotInstalled {
                     tracing::info!(
                         kind = K::KIND,
@@ -490,9 +539,14 @@ where
                 guard.state = CacheState::NotInstalled;
             }
             Err(error) => {
-                tracing::warn!(kind = K::KIND, %error, "policy watch failed; retrying with backoff");
+                let words = words::<K>(&error);
+                if crate::explain::is_expired(&error) {
+                    tracing::debug!(kind = K::KIND, error = %words, "policy watch expired; listing again");
+                } else {
+                    lock(&outage).failed(&words);
+                }
                 if let CacheState::Unsynced(last) = &mut guard.state {
-                    *last = Some(error.to_string());
+                    *last = Some(words);
                 }
             }
         }

@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::{PATIENCE, start};
-use kube::Api;
 use kube::runtime::watcher;
 use tier_core::admission::ReferenceIndex;
 use tier_kube::policies::{
@@ -37,7 +36,7 @@ impl kube::runtime::utils::Backoff for Every {
 
 fn cache<K: PolicyKind>(client: &kube::Client, page: u32) -> PolicyCache<K> {
     PolicyCache::start_with(
-        Api::all(client.clone()),
+        client.clone(),
         watcher::Config::default().page_size(page),
         Every(Duration::from_millis(50)),
     )

@@ -10,7 +10,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use axum::Router;
-use kube::Api;
 use kube::runtime::watcher;
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{Antrea, DesiredSet, TierLister, ValidationRules};
@@ -175,7 +174,7 @@ impl Backend for Antrea {
 /// A policy cache watching with the start-up backoff.
 fn policy_cache<K: PolicyKind>(client: &kube::Client) -> Result<PolicyCache<K>, StartError> {
     Ok(PolicyCache::<K>::start_with(
-        Api::all(client.clone()),
+        client.clone(),
         watcher::Config::default(),
         RetryBackoff::default(),
     )?)

@@ -44,7 +44,9 @@ pub trait Backend: Controller {
     /// The settings when the builder is told nothing.
     fn settings() -> Self::Settings;
 
-    /// tierd's own watch of every Tier, retrying with the start-up backoff.
+    /// tierd's own watch of every Tier, retrying with the start-up backoff. `client` should
+    /// have kube's retry layer off (the assembly passes its retry-free client), so that the
+    /// watch's backoff is the only retry loop.
     ///
     /// # Errors
     ///
@@ -78,6 +80,7 @@ pub trait Backend: Controller {
 
 /// What [`Backend::start`] gets.
 pub struct Start<'a, C: Backend> {
+    /// The retry-free client, for the parts' own retry loops (the policy caches, the identity).
     pub(crate) client: &'a kube::Client,
     pub(crate) settings: C::Settings,
     pub(crate) call_timeout: Duration,
@@ -85,6 +88,7 @@ pub struct Start<'a, C: Backend> {
 
 /// What [`Backend::serve`] gets.
 pub struct Serving<'a, C: Backend> {
+    /// The retry-free client, for the background tasks' own retry loops (the certificate).
     pub(crate) client: &'a kube::Client,
     pub(crate) desired: &'a DesiredSet<C>,
     pub(crate) lister: &'a KubeLister<C::Object>,

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use tier_kube::backoff::RetryBackoff;
+use tier_kube::backoff::{OutageLog, RetryBackoff};
 use tier_kube::certs::{self, CertError, Reconciled, SelfSignedConfig};
 use tier_server::readiness::{CheckState, Shutdown};
 use tokio::sync::watch;
@@ -52,7 +52,8 @@ pub(crate) async fn settle_then_maintain(
 
 /// Runs `round` (the API server's [`certs::reconcile`], or a test's stand-in) until it
 /// succeeds, retrying with [`RetryBackoff::STARTUP`] and publishing each failure as the
-/// check's reason; `true` once settled, `false` when `stop` came first.
+/// check's reason (the log says the outage once, with a reminder at most every minute:
+/// [`OutageLog`]); `true` once settled, `false` when `stop` came first.
 async fn settle<F, Fut>(
     mut round: F,
     object: &str,
@@ -66,9 +67,13 @@ where
 {
     let mut backoff = RetryBackoff::default();
     let mut attempts: u32 = 0;
+    let mut outage = OutageLog::new(format!(
+        "settling the self-signed certificate ({object}; the webhook waits for it)"
+    ));
     loop {
         let error = match tokio::time::timeout(call_timeout, round()).await {
             Ok(Ok(done)) => {
+                outage.answered();
                 tracing::info!(
                     secret = %object,
                     action = ?done.secret,
@@ -83,14 +88,10 @@ where
             Err(_) => format!("no answer from the API server within {call_timeout:?}"),
         };
         attempts = attempts.saturating_add(1);
+        outage.failed(&error);
         let reason = format!(
             "settling the self-signed certificate ({object}), attempt {attempts}: {error}; retrying with backoff"
         );
-        if attempts == 1 {
-            tracing::warn!(%reason, "the webhook waits for its certificate");
-        } else {
-            tracing::debug!(%reason, "the webhook waits for its certificate");
-        }
         state.send_replace(CheckState::Failed(reason));
         let wait = backoff.next().unwrap_or(RetryBackoff::STARTUP.cap);
         tokio::select! {

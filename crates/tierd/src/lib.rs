@@ -86,8 +86,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use kube::Api;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tier_core::calico::Calico;
 use tier_core::{
@@ -115,9 +114,13 @@ pub use certificate::{SERVING_CERTIFICATE, SelfSigned};
 pub const CONTROLLER_IDENTITY: &str = "controller-identity";
 
 /// The two clients tierd needs, from one `kube::Config`: the shared one (kube's retries on:
-/// the watches, Events, identity, reviews) and the writer's (retries off: every failure
-/// reaches the core, which re-observes first). Only [`from_config`](Self::from_config) makes
-/// them, so the writer's client cannot have retries on.
+/// Events, the metrics reviews, the embedder's own calls) and the retry-free one (the writer:
+/// every failure reaches the core, which re-observes first; and tierd's own retry loops, the
+/// watches, the identity and the certificate, which pace themselves with
+/// [`RetryBackoff`]: under them kube's retry layer, up to 15 retries of a 503, would hide an
+/// outage from the watch for minutes and delay its recovery). Only
+/// [`from_config`](Self::from_config) makes them, so the writer's client cannot have retries
+/// on.
 #[derive(Clone)]
 pub struct Clients {
     shared: kube::Client,
@@ -293,12 +296,14 @@ impl<C: Backend> Builder<C> {
         // Invalid configuration starts nothing.
         self.driver.validate()?;
         let client = self.clients.shared.clone();
+        // tierd's own retry loops pace themselves: no kube retry layer under them.
+        let retry_free = self.clients.writer.clone();
         let lister = match self.tier_cache {
             Some(lister) => lister,
-            None => C::watch_tiers(&client, &self.settings)?,
+            None => C::watch_tiers(&retry_free, &self.settings)?,
         };
         let mut parts = C::start(backend::Start {
-            client: &client,
+            client: &retry_free,
             settings: self.settings,
             call_timeout: self.writer.call_timeout,
         })?;
@@ -348,7 +353,7 @@ impl<C: Backend> Builder<C> {
         C::serve(
             &mut parts,
             backend::Serving {
-                client: &client,
+                client: &retry_free,
                 desired: &self.desired,
                 lister: &lister,
                 readiness: &readiness,
@@ -388,22 +393,18 @@ pub fn watch_tiers(client: &kube::Client) -> Result<KubeLister, tier_kube::liste
     watch_resource(client, ())
 }
 
-/// A Tier cache of `resource` on its own watch, with the start-up backoff.
+/// A Tier cache of `resource` on its own watch, with the start-up backoff (reset only once
+/// the API server answered; see [`tier_kube::backoff`]).
 pub(crate) fn watch_resource<T: KubeTier>(
     client: &kube::Client,
     resource: T::DynamicType,
 ) -> Result<KubeLister<T>, tier_kube::lister::ListerError> {
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let events = reflector::reflector(
-        writer,
-        watcher(
-            Api::<T>::all_with(client.clone(), &resource),
-            watcher::Config::default(),
-        )
-        .backoff(RetryBackoff::default()),
-    );
-    KubeLister::from_reflector_with(resource, store, events)
+    KubeLister::watch_with_backoff(
+        client.clone(),
+        resource,
+        watcher::Config::default(),
+        RetryBackoff::default(),
+    )
 }
 
 /// The `tier-cache-synced` check on `lister`, its reason carrying the watch's last error.
