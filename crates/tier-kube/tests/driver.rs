@@ -13,7 +13,7 @@ use common::PATIENCE;
 use common::real::{self, Real as Harness};
 use k8s_openapi::api::events::v1::Event;
 use tier_core::{Backoff, DesiredSet, DriverConfig, MachineConfig, Mode, Stopped, TierState};
-use tier_faultproxy::{Fault, Matcher, Verb};
+use tier_faultproxy::{Fault, FaultKind, Matcher, Verb};
 use tier_kube::lister::KubeLister;
 use tier_kube::writer::WriterConfig;
 use tier_runtime::Ensurer;
@@ -57,7 +57,7 @@ async fn start() -> Harness {
 }
 
 /// The Events the real server stored in `default`.
-async fn events(h: &Harness) -> Vec<serde_json::Value> {
+async fn stored_events(h: &Harness) -> Vec<serde_json::Value> {
     let api: kube::Api<Event> = kube::Api::namespaced(h.admin.clone(), "default");
     api.list(&Default::default())
         .await
@@ -121,8 +121,22 @@ async fn converges_from_an_empty_cluster() {
     converge_once(&h).await;
     assert_antrea_tiers(&h).await;
     let log = h.proxy.requests();
-    assert_eq!(log.count_code(on(Verb::Create), 201), 6);
-    assert_eq!(log.count(on(Verb::Create)), 6, "one create per Tier");
+    let all: Vec<_> = log
+        .records()
+        .iter()
+        .map(|r| (r.method.clone(), r.path.clone(), r.name.clone(), r.code))
+        .collect();
+    assert_eq!(log.count_code(on(Verb::Create), 201), 6, "{all:#?}");
+    let codes: Vec<_> = log
+        .matching(on(Verb::Create))
+        .iter()
+        .map(|r| (r.name.clone(), r.code, r.elapsed))
+        .collect();
+    assert_eq!(
+        log.count(on(Verb::Create)),
+        6,
+        "one create per Tier: {codes:?}"
+    );
     assert_eq!(log.count(on(Verb::Update)), 0);
 }
 
@@ -230,8 +244,10 @@ async fn converges_through_faults() {
     assert_eq!(p.active_faults(), 0, "every fault fired");
     let log = p.requests();
     assert_eq!(
-        log.matching(on(Verb::Create).named("baseline"))[0].upstream_code,
-        Some(201),
+        log.count_where(|r| r.name.as_deref() == Some("baseline")
+            && r.fault == Some(FaultKind::LoseResponse)
+            && r.upstream_code == Some(201)),
+        1,
         "the lost create was applied"
     );
 }
@@ -306,7 +322,7 @@ async fn events_are_published_once_per_episode() {
         .await
         .unwrap()
         .unwrap();
-    let recorded = events(&h).await;
+    let recorded = stored_events(&h).await;
     let reasons: Vec<(String, String)> = recorded
         .iter()
         .map(|e| {
@@ -358,8 +374,16 @@ async fn events_published_late_still_cover_the_drivers_start() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(published, 6);
-    let created = events(&h)
+    let log: Vec<_> = h
+        .proxy
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.path.contains("events"))
+        .map(|r| (r.method.clone(), r.path.clone(), r.code))
+        .collect();
+    assert_eq!(published, 6, "{log:?}");
+    let created = stored_events(&h)
         .await
         .iter()
         .filter(|e| e["reason"] == "Created")
