@@ -271,11 +271,15 @@ async fn the_embedded_webhook_serves_deletes_and_admits_one_of_two_creates() {
     assert!(world.get("team-a").await.is_none());
     // A reserved one is still protected, with the webhook's reason in the real server's words.
     let refused = alice.delete("baseline", &DeleteParams::default()).await;
-    let why = format!("{refused:?}");
-    assert!(
-        why.contains("admission webhook \"tiervalidator.antrea.io\" denied the request"),
-        "{why}"
+    let Err(kube::Error::Api(status)) = refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(status.code, 400, "{status:?}");
+    assert_eq!(
+        status.message,
+        "admission webhook \"tiervalidator.antrea.io\" denied the request: cannot delete reserved tier baseline"
     );
+    assert!(world.get("baseline").await.is_some());
 
     // Two concurrent creates at one priority: exactly one admitted.
     let (params, team_x, team_y) = (
