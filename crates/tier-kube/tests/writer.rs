@@ -269,6 +269,25 @@ async fn create_without_the_crd_is_blocked_on_a_missing_crd() {
     assert_eq!(h.proxy.requests().count_code(on(Verb::Create), 404), 1);
 }
 
+/// kube-apiserver authorizes before it routes: without RBAC for Tiers, a missing CRD answers
+/// 403, not 404 (tier-testserver answered 404 to anyone). tierd then says Forbidden, naming
+/// the permission, which is the first thing to fix.
+#[tokio::test]
+async fn without_rbac_a_missing_crd_is_forbidden_not_not_installed() {
+    let h = real::start_with(&[]).await;
+    let error = assert_class(
+        h.writer().create(&spec("a", 1, "")).await,
+        ErrorClass::Forbidden,
+    );
+    assert!(
+        error
+            .message
+            .contains("cannot create resource \"tiers\" in API group \"crd.antrea.io\""),
+        "{error:?}"
+    );
+    assert_eq!(h.proxy.requests().count_code(on(Verb::Create), 403), 1);
+}
+
 #[tokio::test]
 async fn an_invalid_tier_is_denied_by_the_crd_schema() {
     let h = real::start().await;
