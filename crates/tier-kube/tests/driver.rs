@@ -1,5 +1,7 @@
-//! The whole core driver through this adapter and real HTTP: converging Antrea's six system
-//! Tiers from an empty cluster, from drifted Tiers, around a squatter, and through faults.
+//! The whole core driver through this adapter against a real kube-apiserver (tier-testcluster)
+//! with a fault proxy in front (tier-faultproxy): converging Antrea's six system Tiers from an
+//! empty cluster, from drifted Tiers, around a squatter, and through faults; its Events as the
+//! real server stores them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -7,12 +9,64 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Harness, PATIENCE, antrea_admission, start};
+use common::PATIENCE;
+use common::real::{self, Real as Harness};
+use k8s_openapi::api::events::v1::Event;
 use tier_core::{Backoff, DesiredSet, DriverConfig, MachineConfig, Mode, Stopped, TierState};
+use tier_faultproxy::{Fault, FaultKind, Matcher, Verb};
 use tier_kube::lister::KubeLister;
 use tier_kube::writer::WriterConfig;
 use tier_runtime::Ensurer;
-use tier_testserver::{Fault, Verb};
+
+const TIERS: &str = "tiers.crd.antrea.io";
+
+fn on(verb: Verb) -> Matcher {
+    Matcher::verb(verb).on(TIERS)
+}
+
+/// What tierd may do with Events (the `default` namespace, where Events about cluster-scoped
+/// objects go), as the install grants it.
+const EVENTS_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: tierd-events
+  namespace: default
+rules:
+  - apiGroups: ["events.k8s.io"]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: tierd-events
+  namespace: default
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: tierd-events
+subjects:
+  - kind: ServiceAccount
+    namespace: kube-system
+    name: antrea-controller
+"#;
+
+async fn start() -> Harness {
+    real::start_with(&[real::ANTREA_TIER_CRD, real::TIER_RBAC, EVENTS_RBAC]).await
+}
+
+/// The Events the real server stored in `default`.
+async fn stored_events(h: &Harness) -> Vec<serde_json::Value> {
+    let api: kube::Api<Event> = kube::Api::namespaced(h.admin.clone(), "default");
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect()
+}
 
 fn fast() -> DriverConfig {
     DriverConfig {
@@ -50,10 +104,10 @@ async fn converge_once(h: &Harness) {
     assert_eq!(stopped, Stopped::Converged);
 }
 
-fn assert_antrea_tiers(h: &Harness) {
+async fn assert_antrea_tiers(h: &Harness) {
     for tier in DesiredSet::antrea().tiers() {
         assert_eq!(
-            h.stored(&tier.name),
+            h.stored(&tier.name).await,
             Some((tier.priority, Some(tier.description.clone()))),
             "{}",
             tier.name
@@ -63,64 +117,79 @@ fn assert_antrea_tiers(h: &Harness) {
 
 #[tokio::test]
 async fn converges_from_an_empty_cluster() {
-    let h = start(antrea_admission()).await;
+    let h = start().await;
     converge_once(&h).await;
-    assert_antrea_tiers(&h);
-    let log = h.server.requests();
-    assert_eq!(log.count_code(Verb::Create, None, 201), 6);
-    assert_eq!(log.count(Verb::Create, None), 6, "one create per Tier");
-    assert_eq!(log.count(Verb::Update, None), 0);
+    assert_antrea_tiers(&h).await;
+    let log = h.proxy.requests();
+    let all: Vec<_> = log
+        .records()
+        .iter()
+        .map(|r| (r.method.clone(), r.path.clone(), r.name.clone(), r.code))
+        .collect();
+    assert_eq!(log.count_code(on(Verb::Create), 201), 6, "{all:#?}");
+    let codes: Vec<_> = log
+        .matching(on(Verb::Create))
+        .iter()
+        .map(|r| (r.name.clone(), r.code, r.elapsed))
+        .collect();
+    assert_eq!(
+        log.count(on(Verb::Create)),
+        6,
+        "one create per Tier: {codes:?}"
+    );
+    assert_eq!(log.count(on(Verb::Update)), 0);
 }
 
 #[tokio::test]
 async fn corrects_drifted_tiers() {
-    let h = start(antrea_admission()).await;
+    let h = start().await;
     // Wrong priority (held by another system Tier's slot), wrong description, no description.
     h.seed(
         "baseline",
         240,
         Some("[READ-ONLY]: System generated Baseline Tier"),
-    );
-    h.seed("application", 250, Some("an old description"));
-    h.seed("platform", 150, None); // holds networkops' priority: networkops waits for it
+    )
+    .await;
+    h.seed("application", 250, Some("an old description")).await;
+    h.seed("platform", 150, None).await; // holds networkops' priority: networkops waits for it
     h.seed(
         "emergency",
         50,
         Some("[READ-ONLY]: System generated Emergency Tier"),
-    );
-    h.server
-        .store()
-        .modify("platform", |obj| {
-            obj["metadata"]["labels"] = serde_json::json!({"keep": "me"})
-        })
-        .unwrap();
+    )
+    .await;
+    h.modify("platform", |t| {
+        t.metadata.labels = Some([("keep".to_owned(), "me".to_owned())].into());
+    })
+    .await;
     converge_once(&h).await;
-    assert_antrea_tiers(&h);
-    let platform = h.server.store().get("platform").unwrap();
+    assert_antrea_tiers(&h).await;
+    let platform = h.get("platform").await.unwrap();
     assert_eq!(
         platform["metadata"]["labels"]["keep"], "me",
         "the update kept other fields"
     );
-    let log = h.server.requests();
+    let log = h.proxy.requests();
     assert_eq!(
-        log.count_code(Verb::Update, Some("emergency"), 200),
+        log.count_code(on(Verb::Update).named("emergency"), 200),
         0,
         "in sync: untouched"
     );
-    assert!(log.count_code(Verb::Update, Some("baseline"), 200) == 1);
-    assert!(log.count_code(Verb::Update, Some("application"), 200) == 1);
-    assert!(log.count_code(Verb::Update, Some("platform"), 200) == 1);
-    assert!(log.count_code(Verb::Create, Some("networkops"), 201) == 1);
+    assert!(log.count_code(on(Verb::Update).named("baseline"), 200) == 1);
+    assert!(log.count_code(on(Verb::Update).named("application"), 200) == 1);
+    assert!(log.count_code(on(Verb::Update).named("platform"), 200) == 1);
+    assert!(log.count_code(on(Verb::Create).named("networkops"), 201) == 1);
 }
 
 #[tokio::test]
 async fn a_squatter_blocks_only_its_tier_until_it_goes() {
-    let h = start(antrea_admission()).await;
+    let h = start().await;
     h.seed(
         "squatter",
         100,
         Some("a user Tier at securityops' priority"),
-    );
+    )
+    .await;
     let ensurer = ensure(&h, Mode::Continuous);
     let mut status = ensurer.status();
     tokio::time::timeout(
@@ -139,57 +208,66 @@ async fn a_squatter_blocks_only_its_tier_until_it_goes() {
     .expect("five Tiers should converge and securityops be blocked")
     .unwrap();
     assert!(!status.current().initialized);
-    assert_eq!(h.stored("securityops"), None);
-    let log = h.server.requests();
+    assert_eq!(h.stored("securityops").await, None);
+    let log = h.proxy.requests();
     assert_eq!(
-        log.count(Verb::Create, Some("securityops")),
+        log.count(on(Verb::Create).named("securityops")),
         0,
         "no create the cache shows will be denied"
     );
 
-    h.server.store().delete("squatter").unwrap();
+    h.delete("squatter").await;
     tokio::time::timeout(PATIENCE, status.initialized())
         .await
         .expect("securityops should converge once the squatter is gone")
         .unwrap();
-    assert_antrea_tiers(&h);
+    assert_antrea_tiers(&h).await;
     assert_eq!(ensurer.shutdown().await, Stopped::Cancelled);
 }
 
 #[tokio::test]
 async fn converges_through_faults() {
-    let h = start(antrea_admission()).await;
-    h.server.inject(Fault::unavailable(Verb::Create).times(3));
-    h.server
-        .inject(Fault::lose_response(Verb::Create).named("baseline"));
-    h.server
-        .inject(Fault::lose_response_drop(Verb::Create).named("platform"));
-    h.server
-        .inject(Fault::hang(Verb::Create).named("emergency"));
-    h.server.inject(Fault::too_many_requests(Verb::List, 0));
+    let h = start().await;
+    let p = &h.proxy;
+    p.inject(Fault::unavailable(on(Verb::Create)).times(3))
+        .unwrap();
+    p.inject(Fault::lose_response(on(Verb::Create).named("baseline")))
+        .unwrap();
+    p.inject(Fault::reset(on(Verb::Create).named("platform")))
+        .unwrap();
+    p.inject(Fault::hang(on(Verb::Create).named("emergency")))
+        .unwrap();
+    p.inject(Fault::too_many_requests(on(Verb::List), 0))
+        .unwrap();
     converge_once(&h).await;
-    assert_antrea_tiers(&h);
-    assert_eq!(h.server.active_faults(), 0, "every fault fired");
+    assert_antrea_tiers(&h).await;
+    assert_eq!(p.active_faults(), 0, "every fault fired");
+    let log = p.requests();
+    assert_eq!(
+        log.count_where(|r| r.name.as_deref() == Some("baseline")
+            && r.fault == Some(FaultKind::LoseResponse)
+            && r.upstream_code == Some(201)),
+        1,
+        "the lost create was applied"
+    );
 }
 
 #[tokio::test]
 async fn keeps_correcting_drift_in_continuous_mode() {
-    let h = start(antrea_admission()).await;
+    let h = start().await;
     let ensurer = ensure(&h, Mode::Continuous);
     let mut status = ensurer.status();
     tokio::time::timeout(PATIENCE, status.initialized())
         .await
         .unwrap()
         .unwrap();
-    h.server
-        .store()
-        .modify("application", |obj| {
-            obj["spec"]["description"] = "edited by hand".into()
-        })
-        .unwrap();
+    h.modify("application", |t| {
+        t.spec.description = Some("edited by hand".into());
+    })
+    .await;
     tokio::time::timeout(PATIENCE, async {
         loop {
-            let described = h.stored("application").and_then(|(_, d)| d);
+            let described = h.stored("application").await.and_then(|(_, d)| d);
             if described.as_deref()
                 == Some("[READ-ONLY]: System generated default Application Tier")
             {
@@ -205,9 +283,9 @@ async fn keeps_correcting_drift_in_continuous_mode() {
 
 #[tokio::test]
 async fn events_are_published_once_per_episode() {
-    let h = start(antrea_admission()).await;
-    h.seed("squat", 150, None);
-    h.seed("application", 250, Some("an old description"));
+    let h = start().await;
+    h.seed("squat", 150, None).await;
+    h.seed("application", 250, Some("an old description")).await;
     let (ensurer, stream) = ensure_with_events(&h, Mode::Continuous);
     let mut status = ensurer.status();
     let events = tokio::spawn(tier_kube::events::publish(
@@ -229,10 +307,12 @@ async fn events_are_published_once_per_episode() {
     .unwrap()
     .unwrap();
     assert_eq!(
-        h.server.requests().count(Verb::Create, Some("networkops")),
+        h.proxy
+            .requests()
+            .count(on(Verb::Create).named("networkops")),
         0
     );
-    h.server.store().delete("squat").unwrap();
+    h.delete("squat").await;
     tokio::time::timeout(PATIENCE, status.initialized())
         .await
         .unwrap()
@@ -242,7 +322,7 @@ async fn events_are_published_once_per_episode() {
         .await
         .unwrap()
         .unwrap();
-    let recorded = h.server.events();
+    let recorded = stored_events(&h).await;
     let reasons: Vec<(String, String)> = recorded
         .iter()
         .map(|e| {
@@ -276,7 +356,7 @@ async fn events_are_published_once_per_episode() {
 /// event stream keeps every event until it is read.)
 #[tokio::test]
 async fn events_published_late_still_cover_the_drivers_start() {
-    let h = start(antrea_admission()).await;
+    let h = start().await;
     let (ensurer, stream) = ensure_with_events(&h, Mode::Continuous);
     let mut status = ensurer.status();
     tokio::time::timeout(PATIENCE, status.initialized())
@@ -294,10 +374,17 @@ async fn events_published_late_still_cover_the_drivers_start() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(published, 6);
-    let created = h
-        .server
-        .events()
+    let log: Vec<_> = h
+        .proxy
+        .requests()
+        .records()
+        .iter()
+        .filter(|r| r.path.contains("events"))
+        .map(|r| (r.method.clone(), r.path.clone(), r.code))
+        .collect();
+    assert_eq!(published, 6, "{log:?}");
+    let created = stored_events(&h)
+        .await
         .iter()
         .filter(|e| e["reason"] == "Created")
         .count();

@@ -1,22 +1,44 @@
 //! `/metrics` protected as controller-runtime protects it ([`tierd::Builder::metrics_auth`]):
 //! TokenReview and SubjectAccessReview of the scraper's bearer token, made by tierd's kube
-//! client against the test API server.
+//! client against a real kube-apiserver (tier-testcluster; its authenticator and RBAC
+//! authorizer answer the reviews) through a fault proxy that records them (tier-faultproxy).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
 
 use prometheus_client::registry::Registry;
 use tier_core::DesiredSet;
+use tier_faultproxy::{FaultProxy, Matcher, ProxyConfig};
 use tier_server::server::Server;
-use tier_testserver::{ServerConfig, TestApiServer};
+use tier_testcluster::TestCluster;
 use tierd::{Clients, Events, Tierd};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TIERD: &str = "system:serviceaccount:kube-system:tierd";
-const PROMETHEUS: &str = "system:serviceaccount:monitoring:prometheus";
 
-async fn clients(server: &TestApiServer, user: &str) -> Clients {
-    let yaml = server.kubeconfig_yaml(user, "test").unwrap();
+/// The install's RBAC: tierd may create TokenReviews and SubjectAccessReviews, and
+/// `tierd-metrics-reader` grants `get` on `/metrics`.
+const INSTALL_RBAC: &str = include_str!("../../../deploy/base/rbac.yaml");
+
+/// Prometheus bound to the install's metrics reader role, as the install's comment says.
+const PROMETHEUS_RBAC: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: prometheus-tierd-metrics
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: tierd-metrics-reader
+subjects:
+  - kind: ServiceAccount
+    name: prometheus
+    namespace: monitoring
+"#;
+
+/// tierd's clients through `proxy` with `token`.
+async fn clients(proxy: &FaultProxy, token: &str) -> Clients {
+    let yaml = proxy.kubeconfig_yaml("tierd", Some(token));
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
@@ -45,17 +67,18 @@ async fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
 
 #[tokio::test]
 async fn metrics_refuse_unauthenticated_scrapes_and_accept_an_approved_token() {
-    let api = TestApiServer::start(
-        ServerConfig::default()
-            .user("tierd-token", TIERD)
-            .user("prometheus-token", PROMETHEUS)
-            .user("nosy-token", "nosy"),
-    )
-    .await
-    .unwrap();
-    api.grant_non_resource(PROMETHEUS, "get", "/metrics");
+    let cluster = TestCluster::start().await.unwrap();
+    cluster.apply(INSTALL_RBAC).await.unwrap();
+    cluster.apply(PROMETHEUS_RBAC).await.unwrap();
+    let tierd_token = cluster.token("kube-system", "tierd").await.unwrap();
+    let prometheus_token = cluster.token("monitoring", "prometheus").await.unwrap();
+    let nosy_token = cluster.token("default", "nosy").await.unwrap();
+    let proxy =
+        FaultProxy::start(ProxyConfig::new(cluster.url()).upstream_ca_pem(cluster.ca_pem()))
+            .await
+            .unwrap();
 
-    let tierd = Tierd::builder(clients(&api, TIERD).await, DesiredSet::antrea())
+    let tierd = Tierd::builder(clients(&proxy, &tierd_token).await, DesiredSet::antrea())
         .controller_user(TIERD)
         .events(Events::Off)
         .metrics_auth(true)
@@ -77,34 +100,30 @@ async fn metrics_refuse_unauthenticated_scrapes_and_accept_an_approved_token() {
     assert!(!body.contains("tierd_"), "{body}");
     assert_eq!(scrape(addr, Some("forged-token")).await.0, 401);
     // Authenticated, but the SubjectAccessReview says no.
-    let (code, body) = scrape(addr, Some("nosy-token")).await;
+    let (code, body) = scrape(addr, Some(&nosy_token)).await;
     assert_eq!(code, 403, "{body}");
-    assert!(body.contains("\"nosy\""), "{body}");
+    assert!(
+        body.contains("\"system:serviceaccount:default:nosy\""),
+        "{body}"
+    );
     // Authenticated and allowed to get /metrics.
-    let (code, body) = scrape(addr, Some("prometheus-token")).await;
+    let (code, body) = scrape(addr, Some(&prometheus_token)).await;
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("tierd_cache_synced "), "{body}");
 
-    // The reviews were made with tierd's own credentials.
-    let log = api.requests();
-    let reviews: Vec<_> = log
-        .records()
-        .iter()
-        .filter(|r| r.path.ends_with("reviews"))
-        .map(|r| {
-            (
-                r.path.rsplit('/').next().unwrap().to_owned(),
-                r.user.clone(),
-            )
-        })
-        .collect();
+    // The reviews were made through tierd's own client (the only one behind the proxy, with
+    // tierd's token) and the real server accepted them: RBAC lets tierd create them.
+    let log = proxy.requests();
+    let created = |path: &str| log.count_code(Matcher::any().at_path(path), 201);
     assert!(
-        reviews.contains(&("tokenreviews".into(), Some(TIERD.into()))),
-        "{reviews:?}"
+        created("/apis/authentication.k8s.io/v1/tokenreviews") >= 3,
+        "{:?}",
+        log.records()
     );
     assert!(
-        reviews.contains(&("subjectaccessreviews".into(), Some(TIERD.into()))),
-        "{reviews:?}"
+        created("/apis/authorization.k8s.io/v1/subjectaccessreviews") >= 2,
+        "{:?}",
+        log.records()
     );
 
     let _ = stop.send(());

@@ -16,7 +16,7 @@
 //!    `/readyz` must not, see [`tier_server::health`]).
 //! 5. **The reconciler starts after `initialized()`** ([`after_initialized`]).
 //!
-//! `tests/testserver.rs` runs [`run`] against the test API server, as the cluster's webhook
+//! `tests/cluster.rs` runs [`run`] against a real kube-apiserver, as the cluster's webhook
 //! too; `tests/ports.rs` shows how an embedder unit-tests its own code on mocked ports and the
 //! in-memory backend.
 

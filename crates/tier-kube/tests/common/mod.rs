@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod real;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
