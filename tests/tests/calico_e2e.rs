@@ -166,15 +166,18 @@ async fn wrong_built_ins_are_corrected_which_calico_never_does() {
         "{:?}",
         cluster.server.events()
     );
-    let notes: Vec<String> = events(&cluster, "Corrected")
+    let mut notes: Vec<String> = events(&cluster, "Corrected")
         .iter()
         .map(|e| e["note"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert!(
-        notes
-            .iter()
-            .any(|n| n == "corrected the order and default action of Tier default"),
-        "{notes:?}"
+    notes.sort();
+    // Each Event names the one field that was wrong.
+    assert_eq!(
+        notes,
+        [
+            "corrected the defaultAction of Tier kube-admin",
+            "corrected the order of Tier default",
+        ],
     );
 }
 

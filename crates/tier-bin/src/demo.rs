@@ -468,7 +468,8 @@ mod calico_tests {
             assert!(calico::in_sync(&want, &tier), "{tier:?}\n{text}");
         }
         assert!(
-            text.contains("event: corrected the order and default action of Tier kube-admin"),
+            // Only its default action was wrong: the event names it alone.
+            text.contains("event: corrected the defaultAction of Tier kube-admin"),
             "{text}"
         );
         assert_eq!((outcome.writes, outcome.failed_writes), (3, 1), "{text}");

@@ -236,7 +236,8 @@ mod tests {
             contested
                 .note
                 .as_deref()
-                .is_some_and(|n| n.contains("4 corrections in a row")),
+                .is_some_and(|n| n
+                    .contains("undid tierd's accepted writes of Tier platform (4 times in a row)")),
             "{:?}",
             contested.note
         );

@@ -106,6 +106,7 @@ async fn a_delete_right_after_the_create_is_recreated_without_the_echo_timeout()
         cluster.delete("emergency").unwrap();
     }
     let slowest = delays.iter().max().copied().unwrap();
+    eprintln!("measured: re-created {delays:?} after the deletion");
     assert!(
         slowest < Duration::from_millis(100),
         "re-created after {slowest:?} (the echo timeout is 3 s): {delays:?}"
