@@ -34,6 +34,8 @@
 //!   (TokenReview, SubjectAccessReview), for `/metrics`.
 //! - [`backoff`]: [`RetryBackoff`](backoff::RetryBackoff), the capped, jittered retry pace of the
 //!   watches and start-up requests.
+//! - [`lease`]: leader election on a `coordination.k8s.io/v1` Lease by client-go's rules, with
+//!   fencing ([`Elector`](lease::Elector)): the write permission the driver's gate takes.
 //!
 //! One watch, one store: the writer is made from the lister (it updates from the lister's store),
 //! and a lister can sit on an embedder's own reflector
@@ -89,6 +91,7 @@ pub mod events;
 pub mod explain;
 pub mod identity;
 pub mod kube_tier;
+pub mod lease;
 pub mod lister;
 pub mod policies;
 pub mod writer;
