@@ -1,6 +1,7 @@
 //! The Event list of `docs/REFERENCE.md` is rendered from [`tier_kube::events::to_event`], one
 //! row per [`TierEvent`] variant (an exhaustive `match` below makes a new variant fail to
-//! compile until it has a row). The table sits between `<!-- BEGIN generated: events -->` and
+//! compile until it has a row), then from [`tier_kube::lease::to_event`], one row per
+//! [`LeaderEvent`] (about the Lease, with `--leader-elect`). The table sits between `<!-- BEGIN generated: events -->` and
 //! `<!-- END generated: events -->`; `TIERD_BLESS=1 cargo test -p tier-kube --test reference`
 //! rewrites it.
 
@@ -8,8 +9,9 @@
 
 use std::path::PathBuf;
 
-use kube::runtime::events::EventType;
+use kube::runtime::events::{Event, EventType};
 use tier_core::TierEvent;
+use tier_kube::lease::LeaderEvent;
 
 const BEGIN: &str = "<!-- BEGIN generated: events -->\n";
 const END: &str = "<!-- END generated: events -->";
@@ -70,21 +72,60 @@ fn examples() -> Vec<TierEvent> {
     ]
 }
 
+/// When the elector emits each leadership change (about the Lease, in its namespace).
+fn when_leader(event: &LeaderEvent) -> &'static str {
+    match event {
+        LeaderEvent::Acquired { .. } => {
+            "with `--leader-elect`: this replica acquired the Lease (or renewed it after losing the permission); about the Lease"
+        }
+        LeaderEvent::Lost { .. } => {
+            "this replica could not renew within the renew deadline, or saw another holder: it stopped writing"
+        }
+        LeaderEvent::Released { .. } => "this replica released the Lease on SIGTERM",
+    }
+}
+
+/// One example of every leadership change.
+fn leader_examples() -> Vec<LeaderEvent> {
+    let identity = || "tierd-5d8f7-x2k4q_3f2a9c1e0b7d4a68".to_owned();
+    vec![
+        LeaderEvent::Acquired {
+            identity: identity(),
+        },
+        LeaderEvent::Lost {
+            identity: identity(),
+            reason: "the Lease was not renewed within 10s".into(),
+        },
+        LeaderEvent::Released {
+            identity: identity(),
+        },
+    ]
+}
+
+fn row(rendered: Event, when: &str) -> String {
+    let kind = match rendered.type_ {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
+    };
+    format!(
+        "| `{}` | {kind} | {} | {} | {} |\n",
+        rendered.reason,
+        rendered.action,
+        when,
+        rendered.note.unwrap_or_default().replace('|', "\\|")
+    )
+}
+
 fn table() -> String {
     let mut out =
         String::from("| reason | type | action | when | example note |\n|---|---|---|---|---|\n");
     for event in examples() {
-        let rendered = tier_kube::events::to_event(&event);
-        let kind = match rendered.type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        };
-        out.push_str(&format!(
-            "| `{}` | {kind} | {} | {} | {} |\n",
-            rendered.reason,
-            rendered.action,
-            when(&event),
-            rendered.note.unwrap_or_default().replace('|', "\\|")
+        out.push_str(&row(tier_kube::events::to_event(&event), when(&event)));
+    }
+    for event in leader_examples() {
+        out.push_str(&row(
+            tier_kube::lease::to_event(&event),
+            when_leader(&event),
         ));
     }
     out

@@ -20,7 +20,8 @@ use tier_core::{FixedLister, OutcomeCounts, Status, TierState, TierStatus};
 use tier_server::conn::Limits;
 use tier_server::metrics;
 use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, SHUTDOWN, SYSTEM_TIERS, TIER_CACHE_SYNCED,
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CacheSynced, LEADER_ELECTION, SHUTDOWN, SYSTEM_TIERS,
+    TIER_CACHE_SYNCED,
 };
 use tier_server::readiness::{CheckKind, Readiness, Shutdown};
 use tier_server::server::{Server, ServerMetrics};
@@ -233,6 +234,10 @@ fn passes_when(name: &str) -> &'static str {
         ANNP_CACHE_SYNCED => {
             "the Antrea NetworkPolicy cache listed, or found its CRD not installed"
         }
+        LEADER_ELECTION => {
+            "this replica leads (holds the Lease, or the embedder's signal says so); on standby \
+             the reason names the holder. Never fails `/readyz`: a standby serves the webhook"
+        }
         other => panic!("describe the readiness check {other:?} in passes_when"),
     }
 }
@@ -248,6 +253,8 @@ fn readiness_table() -> String {
     );
     let operations = [Operation::Create, Operation::Update, Operation::Delete];
     let mut names: Vec<String> = standard.names();
+    // Registered by the assembly with leader election on, informational.
+    names.push(LEADER_ELECTION.to_owned());
     for operation in &operations {
         for name in Webhook::requires(operation) {
             if !names.iter().any(|n| n == name) {
@@ -263,6 +270,9 @@ fn readiness_table() -> String {
         let kind = match standard.kind(&name) {
             Some(CheckKind::Required) => "required",
             Some(CheckKind::Informational) => "informational",
+            None if name == LEADER_ELECTION => {
+                "no: registered (informational) by tierd with leader election on"
+            }
             None => "no: registered by whoever starts the cache",
         };
         let needed: Vec<String> = operations
