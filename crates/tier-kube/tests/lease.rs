@@ -39,6 +39,8 @@ struct Inner {
     writes: Vec<(Instant, String, Option<String>)>,
     /// The longest a call was left waiting, from start to answer or abandonment.
     longest_call: Duration,
+    /// Every call: (by whom, which).
+    calls: Vec<(String, &'static str)>,
 }
 
 #[derive(Clone, Default)]
@@ -71,6 +73,19 @@ impl Store {
     fn longest_call(&self) -> Duration {
         self.0.lock().unwrap().longest_call
     }
+
+    /// How many calls of each kind `who` made: (get, create, replace).
+    fn calls_by(&self, who: &str) -> (usize, usize, usize) {
+        let inner = self.0.lock().unwrap();
+        let count = |what: &str| {
+            inner
+                .calls
+                .iter()
+                .filter(|(by, w)| by == who && *w == what)
+                .count()
+        };
+        (count("get"), count("create"), count("replace"))
+    }
 }
 
 /// One replica's view of the store: its name and its faults.
@@ -102,8 +117,15 @@ impl Replica {
 
     async fn call<T>(
         &self,
+        what: &'static str,
         op: impl FnOnce(&mut Inner) -> Result<T, LeaseCallError>,
     ) -> Result<T, LeaseCallError> {
+        self.store
+            .0
+            .lock()
+            .unwrap()
+            .calls
+            .push((self.name.clone(), what));
         let _timer = CallTimer {
             store: &self.store,
             started: Instant::now(),
@@ -131,12 +153,12 @@ impl Replica {
 #[async_trait]
 impl LeaseApi for Replica {
     async fn get(&self) -> Result<Option<Lease>, LeaseCallError> {
-        self.call(|inner| Ok(inner.lease.clone())).await
+        self.call("get", |inner| Ok(inner.lease.clone())).await
     }
 
     async fn create(&self, lease: &Lease) -> Result<Lease, LeaseCallError> {
         let lease = lease.clone();
-        self.call(|inner| {
+        self.call("create", |inner| {
             if inner.lease.is_some() {
                 return Err(LeaseCallError::Conflict("409 AlreadyExists".into()));
             }
@@ -147,7 +169,7 @@ impl LeaseApi for Replica {
 
     async fn replace(&self, lease: &Lease) -> Result<Lease, LeaseCallError> {
         let lease = lease.clone();
-        self.call(|inner| {
+        self.call("replace", |inner| {
             let stored = inner
                 .lease
                 .as_ref()
@@ -312,6 +334,19 @@ async fn one_replica_acquires_by_create_at_once_and_renews_every_retry_period() 
     let status = a.status().borrow().clone();
     assert!(status.leading);
     assert_eq!(status.holder.as_deref(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_steady_state_each_replica_makes_one_call_per_retry_period() {
+    let cluster = Cluster::new();
+    let (_a, a) = cluster.start("a");
+    leads(&a, Duration::from_millis(1)).await;
+    let (_b, _b_elector) = cluster.start("b");
+    sleep(Duration::from_millis(60_500)).await;
+    // The leader: a read and a create, then one update per retry period and no read; the
+    // standby: one read per retry period and no write.
+    assert_eq!(cluster.store.calls_by("a"), (1, 1, 30));
+    assert_eq!(cluster.store.calls_by("b"), (31, 0, 0));
 }
 
 #[tokio::test(start_paused = true)]
