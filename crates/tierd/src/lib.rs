@@ -47,7 +47,7 @@
 //! | the policy caches | `acnp-cache-synced`, `annp-cache-synced` (informational) | DELETE reviews |
 //! | the controller identity | [`CONTROLLER_IDENTITY`] (informational) | UPDATE reviews that change a priority (until then: [`IDENTITY_PENDING`](tier_server::webhook::IDENTITY_PENDING), code 503, retry after 1 s) |
 //! | the self-signed certificate | [`SERVING_CERTIFICATE`] (required) | the webhook's port ([`Tierd::certificate_settled`]) |
-//! | the Lease, with leader election | [`LEADER_ELECTION`](tier_server::readiness::LEADER_ELECTION) (informational) | the driver's writes (a standby observes and serves, and writes nothing) |
+//! | the Lease, with leader election | [`LEADER_ELECTION`] (informational) | the driver's writes (a standby observes and serves, and writes nothing) |
 //!
 //! The informational checks do not fail `/readyz`: kube-apiserver reaches the webhook only
 //! through Ready pods, and tierd's own Tier creates need the webhook (the second dependency
