@@ -315,9 +315,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "USER", env = "TIERD_CONTROLLER_USER")]
     pub controller_user: Option<String>,
 
-    /// This pod's name, reported as the instance in Kubernetes Events.
+    /// This pod's name, reported as the instance in Kubernetes Events and, with a random
+    /// suffix, tierd's identity in leader election (default there: $HOSTNAME).
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub pod_name: Option<String>,
+
+    /// Leader election among the replicas.
+    #[command(flatten)]
+    pub leader_elect: LeaderElectArgs,
 
     /// Make /readyz also wait for the system Tiers. Off by default: kube-apiserver reaches the
     /// webhook only through Ready pods, so a single replica that waited for Tiers whose creation
@@ -394,6 +399,45 @@ pub fn refusal(problems: &[String]) -> Option<String> {
         message.push_str(problem);
     }
     Some(message)
+}
+
+/// `--leader-elect` and its timing, with kube-scheduler's names and defaults.
+#[derive(Clone, Debug, Args)]
+pub struct LeaderElectArgs {
+    /// Elect one writer among the replicas by a Lease (coordination.k8s.io/v1, client-go's
+    /// rules): only its holder writes Tiers, and it stops writing when it cannot renew within
+    /// the renew deadline, before the Lease can expire for the others; released on SIGTERM.
+    /// Every replica keeps its caches, serves the webhook, probes and metrics, and stays Ready.
+    #[arg(long, env = "TIERD_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// How long a standby waits after the last change it saw of the Lease before it takes
+    /// over (written to the Lease in whole seconds, rounded up).
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader may go without a renewal before it stops writing; shorter than
+    /// --leader-elect-lease-duration (each Lease call is cut after half of it).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// The time between attempts to acquire or renew the Lease; the renew deadline must exceed
+    /// 1.2 of it. A standby takes over a released Lease within one retry period.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub leader_elect_retry_period: Duration,
+
+    /// The Lease's name.
+    #[arg(long, value_name = "NAME", default_value = "tierd")]
+    pub leader_elect_resource_name: String,
+
+    /// The Lease's namespace: the pod's (the downward API's POD_NAMESPACE), else kube-system.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        default_value = "kube-system",
+        env = "POD_NAMESPACE"
+    )]
+    pub leader_elect_resource_namespace: String,
 }
 
 /// A listen address, or none (the empty string): `--webhook-listen ""` turns the port off.
@@ -790,6 +834,89 @@ mod tests {
         let err = Cli::try_parse_from(["tierd", "run", "--webhook-listen", "nope"]).unwrap_err();
         assert_eq!(err.exit_code(), i32::from(exit::USAGE));
         assert!(err.to_string().contains("for no listener"), "{err}");
+    }
+
+    #[test]
+    fn leader_election_has_kube_schedulers_flags_and_defaults() {
+        let cli = Cli::try_parse_from(["tierd", "run"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        let flags = &args.leader_elect;
+        assert!(!flags.leader_elect, "off by default in the binary");
+        assert_eq!(flags.leader_elect_lease_duration, Duration::from_secs(15));
+        assert_eq!(flags.leader_elect_renew_deadline, Duration::from_secs(10));
+        assert_eq!(flags.leader_elect_retry_period, Duration::from_secs(2));
+        assert_eq!(flags.leader_elect_resource_name, "tierd");
+        let cli = Cli::try_parse_from([
+            "tierd",
+            "run",
+            "--leader-elect",
+            "--leader-elect-lease-duration=4s",
+            "--leader-elect-renew-deadline=3s",
+            "--leader-elect-retry-period=500ms",
+            "--leader-elect-resource-name=mine",
+            "--leader-elect-resource-namespace=tierd-system",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        let flags = &args.leader_elect;
+        assert!(flags.leader_elect);
+        assert_eq!(flags.leader_elect_lease_duration, Duration::from_secs(4));
+        assert_eq!(flags.leader_elect_renew_deadline, Duration::from_secs(3));
+        assert_eq!(flags.leader_elect_retry_period, Duration::from_millis(500));
+        assert_eq!(flags.leader_elect_resource_name, "mine");
+        assert_eq!(flags.leader_elect_resource_namespace, "tierd-system");
+    }
+
+    #[test]
+    fn leader_election_timing_that_cannot_fence_is_invalid_input() {
+        let run = |extra: &[&str]| {
+            let cli = Cli::try_parse_from(
+                ["tierd", "run", "--leader-elect", "--pod-name", "tierd-0"]
+                    .into_iter()
+                    .chain(extra.iter().copied()),
+            )
+            .unwrap();
+            let Command::Run(args) = cli.command else {
+                panic!("not run");
+            };
+            crate::daemon::leadership(&args)
+        };
+        for bad in [
+            &["--leader-elect-renew-deadline=15s"][..],
+            &["--leader-elect-lease-duration=10s"],
+            &["--leader-elect-retry-period=9s"],
+            &["--leader-elect-resource-name=Not_A_Name"],
+        ] {
+            let err = run(bad).unwrap_err();
+            assert_eq!(err.exit_code(), exit::USAGE, "{bad:?}");
+            assert!(
+                err.to_string()
+                    .starts_with("invalid --leader-elect-* flags: "),
+                "{err}"
+            );
+        }
+        let message = run(&["--leader-elect-renew-deadline=15s"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("must be shorter than the lease duration"),
+            "{message}"
+        );
+        // The identity is the pod's name and a suffix unique to the process.
+        let identity = |leadership| match leadership {
+            tierd::Leadership::Lease(config) => config.identity,
+            other => panic!("no Lease: {other:?}"),
+        };
+        let (one, two) = (identity(run(&[]).unwrap()), identity(run(&[]).unwrap()));
+        assert!(
+            one.starts_with("tierd-0_") && one.len() == "tierd-0_".len() + 16,
+            "{one}"
+        );
+        assert_ne!(one, two);
     }
 
     #[test]

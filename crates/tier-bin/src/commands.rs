@@ -31,6 +31,9 @@ pub enum CommandError {
     /// Flags that make no sense for the selected controller (exit 2).
     #[error("{0}")]
     Flags(String),
+    /// The `--leader-elect-*` flags cannot fence or are out of range (exit 2).
+    #[error("invalid --leader-elect-* flags: {0}")]
+    LeaderElection(#[source] tier_kube::lease::ElectionError),
     /// No client could be built from the kubeconfig, the context or the in-cluster
     /// configuration (exit 2: the configuration is input; no request was sent).
     #[error(transparent)]
@@ -87,6 +90,7 @@ impl CommandError {
         match self {
             CommandError::Tiers(_)
             | CommandError::Flags(_)
+            | CommandError::LeaderElection(_)
             | CommandError::Tls(_)
             | CommandError::Client(_)
             | CommandError::Config(_) => exit::USAGE,

@@ -1,7 +1,7 @@
 //! `tierd run`: flags → [`tierd::Tierd::builder`] → serve.
 //!
-//! 1. Validate the input (the `--tiers` file, the kubeconfig, the TLS files when given):
-//!    invalid input exits 2 before any request. Nothing the API server does (or fails to do)
+//! 1. Validate the input (the `--tiers` file, the `--leader-elect-*` timing, the kubeconfig,
+//!    the TLS files when given): invalid input exits 2 before any request. Nothing the API server does (or fails to do)
 //!    exits: the assembly learns every fact from it in the background, each behind a
 //!    readiness check (see the `tierd` crate's docs).
 //! 2. Bind the three listeners and serve the probes at once: `/livez` 200 from the first
@@ -10,7 +10,8 @@
 //!    TokenReview and SubjectAccessReview with `--metrics-auth`) serve at once too, except
 //!    with `--self-signed-cert`: then they serve once the certificate is settled.
 //! 3. On SIGTERM/SIGINT: readiness turns false at once, the driver stops (no write starts
-//!    after it), the servers drain, and the process exits within about a second.
+//!    after it), the Lease is released with `--leader-elect` (so the standby takes over within
+//!    one retry period), the servers drain, and the process exits within about a second.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +64,35 @@ pub(crate) fn self_signed(args: &RunArgs) -> Option<SelfSigned> {
     })
 }
 
+/// With `--leader-elect`: the Lease, this process's identity (`--pod-name`, else $HOSTNAME,
+/// else `tierd`, with a random suffix as kube-scheduler's `hostname_uuid`) and the timing,
+/// checked: timing that cannot fence is invalid input.
+pub(crate) fn leadership(args: &RunArgs) -> Result<tierd::Leadership, CommandError> {
+    let flags = &args.leader_elect;
+    if !flags.leader_elect {
+        return Ok(tierd::Leadership::Always);
+    }
+    let base = args
+        .pod_name
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| "tierd".to_owned());
+    let identity = format!("{base}_{:016x}", tier_core::entropy_seed());
+    let config = tier_kube::lease::ElectionConfig {
+        lease_duration: flags.leader_elect_lease_duration,
+        renew_deadline: flags.leader_elect_renew_deadline,
+        retry_period: flags.leader_elect_retry_period,
+        ..tier_kube::lease::ElectionConfig::new(
+            &flags.leader_elect_resource_namespace,
+            &flags.leader_elect_resource_name,
+            identity,
+        )
+    };
+    config.validate().map_err(CommandError::LeaderElection)?;
+    Ok(tierd::Leadership::Lease(config))
+}
+
 /// The TLS certificate files, when given.
 fn cert_files(args: &RunArgs) -> Option<CertFiles> {
     match (&args.tls_cert, &args.tls_key) {
@@ -76,8 +106,10 @@ pub(crate) fn assemble<C: ControllerMode>(
     args: &RunArgs,
     clients: Clients,
     desired: DesiredSet<C>,
+    leadership: tierd::Leadership,
 ) -> tierd::Builder<C> {
     let builder = Tierd::builder(clients, desired)
+        .leadership(leadership)
         .writer_config(commands::writer_config(&args.cluster))
         .events(Events::Kubernetes {
             instance: args.pod_name.clone(),
@@ -120,6 +152,7 @@ fn ended(
 pub async fn run<C: ControllerMode>(args: &RunArgs) -> Result<(), CommandError> {
     // Every refused flag first, in one message; then the `--tiers` file.
     let webhook_listen = C::webhook_listen(args)?;
+    let leadership = leadership(args)?;
     let desired = C::desired(&args.cluster)?;
     let clients = commands::clients(&args.cluster).await?;
     let self_signed = self_signed(args);
@@ -149,7 +182,7 @@ pub async fn run<C: ControllerMode>(args: &RunArgs) -> Result<(), CommandError> 
         );
     }
     let waits_for_certificate = self_signed.is_some();
-    let tierd = assemble(args, clients, desired).start()?;
+    let tierd = assemble(args, clients, desired, leadership).start()?;
 
     let shutdown = tierd.shutdown_signal().clone();
     let limits = args.http.limits();

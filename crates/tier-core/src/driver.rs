@@ -132,6 +132,7 @@ pub struct Driver<L, W, Clk, C: Controller = Antrea> {
     call_timeout: Duration,
     status: watch::Sender<Status>,
     events: Option<mpsc::UnboundedSender<TierEvent>>,
+    leadership: Option<watch::Receiver<bool>>,
 }
 
 impl<L: TierLister<C>, W: TierWriter<C>, Clk: Clock, C: Controller> Driver<L, W, Clk, C> {
@@ -165,7 +166,20 @@ impl<L: TierLister<C>, W: TierWriter<C>, Clk: Clock, C: Controller> Driver<L, W,
             call_timeout: config.call_timeout,
             status,
             events: None,
+            leadership: None,
         })
+    }
+
+    /// Gates the driver's writes on `may_write`: a write starts only while its latest value is
+    /// `true` (this replica leads). Without a call every write is permitted. The value is an
+    /// input like the cache ([`Fleet::handle_leadership`]): while it is `false` the driver
+    /// keeps observing, and publishes [`Status::standby`]; once it turns `true` a pending write
+    /// goes at once. A closed channel (its sender dropped: the elector is gone) counts as
+    /// `false` from then on. Calls already in flight when it turns `false` are not cut: each
+    /// ends within [`DriverConfig::call_timeout`] (the adapter's own timeout, normally
+    /// shorter), which bounds how long after losing the lead a write can still be applied.
+    pub fn leadership(&mut self, may_write: watch::Receiver<bool>) {
+        self.leadership = Some(may_write);
     }
 
     /// A subscription to the driver's status; take it before [`run`](Self::run).
@@ -190,6 +204,7 @@ impl<L: TierLister<C>, W: TierWriter<C>, Clk: Clock, C: Controller> Driver<L, W,
     ///   one in flight per Tier, none the observed set predicts will be denied.
     /// - Once `shutdown` resolves, no further write starts and the call returns at its next
     ///   poll; calls in flight are dropped.
+    /// - With a [`leadership`](Self::leadership) gate, no write starts while it is `false`.
     pub async fn run(self, mode: Mode, shutdown: impl Future<Output = ()>) -> Stopped {
         let Self {
             lister,
@@ -199,9 +214,14 @@ impl<L: TierLister<C>, W: TierWriter<C>, Clk: Clock, C: Controller> Driver<L, W,
             call_timeout,
             status,
             events,
+            leadership,
         } = self;
         let mut shutdown = pin!(shutdown.fuse());
         let mut published = Published::new(&status, events);
+        let mut gate = Gate(leadership);
+        if let Some(may_write) = gate.current() {
+            fleet.handle_leadership(may_write, clock.now());
+        }
         published.publish(&mut fleet);
 
         futures::select_biased! {
@@ -236,9 +256,40 @@ impl<L: TierLister<C>, W: TierWriter<C>, Clk: Clock, C: Controller> Driver<L, W,
                     snapshot = lister.snapshot();
                     fleet.handle_snapshot(&snapshot, clock.now());
                 }
+                may_write = gate.changed().fuse() => {
+                    fleet.handle_leadership(may_write, clock.now());
+                }
                 () = wake.fuse() => {}
             }
         }
+    }
+}
+
+/// The leadership gate of a run: the latest value of the embedder's or elector's channel.
+struct Gate(Option<watch::Receiver<bool>>);
+
+impl Gate {
+    /// The current value, marked seen (`false` once closed); `None` without a gate.
+    fn current(&mut self) -> Option<bool> {
+        let rx = self.0.as_mut()?;
+        if rx.has_changed().is_err() {
+            self.0 = None;
+            return Some(false);
+        }
+        Some(*rx.borrow_and_update())
+    }
+
+    /// Resolves with the next value; never without a gate. A closed channel resolves `false`
+    /// once, then never again.
+    async fn changed(&mut self) -> bool {
+        let Some(rx) = self.0.as_mut() else {
+            return std::future::pending().await;
+        };
+        if rx.changed().await.is_ok() {
+            return *rx.borrow_and_update();
+        }
+        self.0 = None;
+        false
     }
 }
 
@@ -281,6 +332,7 @@ struct Published<'a> {
     events: Option<mpsc::UnboundedSender<TierEvent>>,
     initialized: bool,
     last: Vec<TierStatus>,
+    standby: bool,
 }
 
 impl<'a> Published<'a> {
@@ -293,6 +345,7 @@ impl<'a> Published<'a> {
             events,
             initialized: false,
             last: Vec::new(),
+            standby: false,
         }
     }
 
@@ -319,6 +372,14 @@ impl<'a> Published<'a> {
                 } else {
                     tracing::debug!(tier = %tier.name, "{tier}");
                 }
+            }
+        }
+        if status.standby != self.standby {
+            self.standby = status.standby;
+            if status.standby {
+                tracing::info!("standby: another replica leads; no Tier write starts here");
+            } else {
+                tracing::info!("leading: this replica writes the Tiers");
             }
         }
         if status.initialized && !self.initialized {

@@ -172,6 +172,8 @@ pub struct Fleet<C: Controller = Antrea> {
     /// Per Tier: failures of its own, each followed by another Tier's answer (see
     /// [`LONE_FAILURES`]).
     lone: Vec<u32>,
+    /// Whether this replica may start writes (see [`Fleet::handle_leadership`]).
+    may_write: bool,
 }
 
 impl<C: Controller> Fleet<C> {
@@ -214,6 +216,7 @@ impl<C: Controller> Fleet<C> {
             held_since: vec![None; n],
             failed_since_answer: vec![None; n],
             lone: vec![0; n],
+            may_write: true,
         })
     }
 
@@ -542,8 +545,36 @@ impl<C: Controller> Fleet<C> {
         self.latch(now);
     }
 
-    /// Output: the next call to make, with the Tier it belongs to. Call until `None`.
+    /// Input: whether this replica may start writes: it leads (holds the Lease), or nobody
+    /// elects a leader (the default: a fleet starts permitted). While it may not (a *standby*),
+    /// [`poll_action`](Self::poll_action) returns `None`; everything else goes on as before:
+    /// observations, outcomes of calls already in flight, timers, the initialized latch and
+    /// the status, which says [`Status::standby`]. A write that was due resumes at the first
+    /// poll after the gate opens again (its own waits still stand); the fleet-wide holds'
+    /// release timers restart then, so none fires for time spent on standby.
+    pub fn handle_leadership(&mut self, may_write: bool, now: Instant) {
+        if self.may_write == may_write {
+            return;
+        }
+        self.may_write = may_write;
+        // Time spent on standby is nobody's outage: no Tier is released for it, and a probe's
+        // call in flight is replaced only after its own PROBE_RELEASE.
+        self.held_since.iter_mut().for_each(|h| *h = None);
+        self.latch(now);
+    }
+
+    /// Whether this replica may start writes (see [`handle_leadership`](Self::handle_leadership)).
+    pub fn may_write(&self) -> bool {
+        self.may_write
+    }
+
+    /// Output: the next call to make, with the Tier it belongs to. Call until `None`; always
+    /// `None` while the replica may not write ([`handle_leadership`](Self::handle_leadership)).
     pub fn poll_action(&mut self, now: Instant) -> Option<(TierId, Action<C>)> {
+        if !self.may_write {
+            self.collect_events();
+            return None;
+        }
         // Polling a probe can end what made it one (it turns out blocked or held off): then
         // hand the role on and poll again, so no Tier waits on a probe that will not call.
         for _ in 0..=self.machines.len() {
@@ -626,6 +657,11 @@ impl<C: Controller> Fleet<C> {
     /// Output: the earliest instant at which [`handle_timeout`](Self::handle_timeout) is due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let machines = self.machines.iter().filter_map(TierMachine::poll_timeout);
+        if !self.may_write {
+            // On standby nothing is polled: the holds' steps and releases would wake the
+            // driver for calls it may not make. The machines' own timers still run.
+            return machines.min();
+        }
         // A held Tier that is due wakes at its release; a probe that is due at the hold's
         // next step, or when its hanging call is replaced.
         let released = self
@@ -674,6 +710,7 @@ impl<C: Controller> Fleet<C> {
             stopped: false,
             started_at: Some(self.started_at),
             initialized_at: self.initialized_at,
+            standby: !self.may_write,
         }
     }
 

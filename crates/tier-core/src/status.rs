@@ -29,6 +29,10 @@ pub struct Status {
     pub started_at: Option<Instant>,
     /// When `initialized` became true, on the driver's clock.
     pub initialized_at: Option<Instant>,
+    /// Whether this replica is on standby: another one leads, so it starts no write (see
+    /// [`Fleet::handle_leadership`](crate::Fleet::handle_leadership)). Its caches and the
+    /// Tiers' states go on; a Tier another replica keeps in sync shows as converged here too.
+    pub standby: bool,
 }
 
 impl Status {

@@ -36,9 +36,12 @@ pub(crate) const CONTROLLER: &str = "tierd";
 /// content tierd replaced ([`bad_certificate`]).
 pub const BAD_CERTIFICATE: &str = "BadCertificate";
 
+/// The reason of leadership Events ([`leader_election`]), client-go's.
+pub const LEADER_ELECTION: &str = "LeaderElection";
+
 /// Every reason of tierd's Events: one per [`TierEvent`] kind ([`to_event`]), then
-/// [`BAD_CERTIFICATE`].
-pub const REASONS: [&str; 9] = [
+/// [`BAD_CERTIFICATE`] and [`LEADER_ELECTION`].
+pub const REASONS: [&str; 10] = [
     "Created",
     "Corrected",
     "Blocked",
@@ -48,6 +51,7 @@ pub const REASONS: [&str; 9] = [
     "Contested",
     "ContestEnded",
     BAD_CERTIFICATE,
+    LEADER_ELECTION,
 ];
 
 /// The longest one Event may take to publish before it is dropped.
@@ -135,6 +139,24 @@ pub fn bad_certificate(note: String) -> Event {
         reason: BAD_CERTIFICATE.to_owned(),
         note: Some(note),
         action: "Renew".to_owned(),
+        secondary: None,
+    }
+}
+
+/// The Kubernetes Event for a [`LeaderEvent`](crate::lease::LeaderEvent), about the Lease:
+/// reason [`LEADER_ELECTION`], the note its `Display`; a lost lead is a `Warning`.
+pub fn leader_election(event: &crate::lease::LeaderEvent) -> Event {
+    use crate::lease::LeaderEvent;
+    let (type_, action) = match event {
+        LeaderEvent::Acquired { .. } => (EventType::Normal, "Acquire"),
+        LeaderEvent::Lost { .. } => (EventType::Warning, "Renew"),
+        LeaderEvent::Released { .. } => (EventType::Normal, "Release"),
+    };
+    Event {
+        type_,
+        reason: LEADER_ELECTION.to_owned(),
+        note: Some(event.to_string()),
+        action: action.to_owned(),
         secondary: None,
     }
 }

@@ -36,6 +36,8 @@
 //!   watches and start-up requests; [`RetryWatch`](backoff::RetryWatch), a watcher retried at
 //!   that pace (reset only once the server answered); [`OutageLog`](backoff::OutageLog), an
 //!   outage said once, with a reminder at most every minute and its end.
+//! - [`lease`]: leader election on a `coordination.k8s.io/v1` Lease by client-go's rules, with
+//!   fencing ([`Elector`](lease::Elector)): the write permission the driver's gate takes.
 //!
 //! One watch, one store: the writer is made from the lister (it updates from the lister's store),
 //! and a lister can sit on an embedder's own reflector
@@ -91,6 +93,7 @@ pub mod events;
 pub mod explain;
 pub mod identity;
 pub mod kube_tier;
+pub mod lease;
 pub mod lister;
 pub mod policies;
 pub mod writer;

@@ -140,7 +140,7 @@ fn grant(scope: &str, group: &str, resource: &str, verb: &str) -> Grant {
 }
 
 #[test]
-fn the_calico_overlay_grants_calicos_tiers_and_events_only() {
+fn the_calico_overlay_grants_calicos_tiers_events_and_its_lease_only() {
     let Some(docs) = render(&overlay()) else {
         return;
     };
@@ -152,7 +152,12 @@ fn the_calico_overlay_grants_calicos_tiers_and_events_only() {
     for group in ["", "events.k8s.io"] {
         for verb in ["create", "patch"] {
             expected.insert(grant("default", group, "events", verb));
+            // Events about the leader election Lease, in tierd's namespace.
+            expected.insert(grant("kube-system", group, "events", verb));
         }
+    }
+    for verb in ["get", "create", "update"] {
+        expected.insert(grant("kube-system", "coordination.k8s.io", "leases", verb));
     }
     assert_eq!(grants(&docs), expected);
     // And no role at all beyond these (nothing bound elsewhere, no metrics reader without
@@ -162,7 +167,10 @@ fn the_calico_overlay_grants_calicos_tiers_and_events_only() {
         .flat_map(|kind| kinds(&docs, kind))
         .map(|role| role["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(roles, BTreeSet::from(["tierd", "tierd-events"]));
+    assert_eq!(
+        roles,
+        BTreeSet::from(["tierd", "tierd-events", "tierd-leader-election"])
+    );
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //!   `#[tokio::test(start_paused = true)]`, so the same code is tested on virtual time.
 //! - [`spawn`]: starts a [`Driver`] as a task and returns an [`Ensurer`] handle with its status,
 //!   the "system Tiers initialized" signal and a prompt shutdown; [`spawn_with_events`] also
-//!   returns the driver's lossless event stream (for Kubernetes Events, or an embedder's own).
+//!   returns the driver's lossless event stream (for Kubernetes Events, or an embedder's own);
+//!   [`spawn_driver`] runs a driver the caller built (with a leadership gate, say).
 //!
 //! The jitter seed is drawn from the operating system's entropy unless
 //! [`DriverConfig::seed`] is set, so replicas never retry in lockstep.
@@ -71,7 +72,7 @@ where
     L: TierLister<C> + 'static,
     W: TierWriter<C> + 'static,
 {
-    Ok(start(
+    Ok(spawn_driver(
         Driver::new(lister, writer, TokioClock, desired, config)?,
         mode,
     ))
@@ -98,10 +99,13 @@ where
 {
     let mut driver = Driver::new(lister, writer, TokioClock, desired, config)?;
     let events = driver.events();
-    Ok((start(driver, mode), events))
+    Ok((spawn_driver(driver, mode), events))
 }
 
-fn start<C, L, W>(driver: Driver<L, W, TokioClock, C>, mode: Mode) -> Ensurer
+/// Spawns a [`Driver`] built by the caller (for what [`spawn`] does not set: its
+/// [`events`](Driver::events) taken, a [`leadership`](Driver::leadership) gate) on the current
+/// tokio runtime.
+pub fn spawn_driver<C, L, W>(driver: Driver<L, W, TokioClock, C>, mode: Mode) -> Ensurer
 where
     C: Controller,
     L: TierLister<C> + 'static,

@@ -13,6 +13,7 @@
 //! | `tierd_tier_contested` | gauge | `tier` | 1 while someone keeps changing the Tier back; back to 0 after a quiet period |
 //! | `tierd_tiers_blocked` | gauge | | Tiers that cannot be written right now (blocked, denied, forbidden or not installed) |
 //! | `tierd_cache_synced` | gauge | | 1 once the Tier cache has completed its first list |
+//! | `tierd_leader` | gauge | | 1 while this replica may write Tiers (it leads, or no leader is elected), 0 on standby |
 //! | `tierd_system_tiers_initialized` | gauge | | 1 once every system Tier has converged (latched) |
 //! | `tierd_converged_seconds` | gauge | | seconds from the driver's start to the first "initialized" ([`tier_core::Status::time_to_initialized`]); absent until then |
 //!
@@ -176,6 +177,13 @@ impl<S: StatusSource> Collector for TierCollector<S> {
             "cache_synced",
             "1 once the Tier cache has completed its first list.",
             i64::from(status.synced),
+        )?;
+        gauge(
+            &mut encoder,
+            "leader",
+            "1 while this replica may write Tiers (it holds the Lease, or no leader is elected), \
+             0 on standby (as controller-runtime's leader_election_master_status).",
+            i64::from(!status.standby),
         )?;
         gauge(
             &mut encoder,

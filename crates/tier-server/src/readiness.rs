@@ -16,6 +16,7 @@
 //! | [`TIERS_UNOBSTRUCTED`] | no desired Tier is blocked, denied, forbidden, not installed or contested **now** | [`TiersUnobstructed`] (`Status.tiers`) |
 //! | [`SHUTDOWN`] | shutdown has not started | [`Shutdown::check`] |
 //! | [`ACNP_CACHE_SYNCED`], [`ANNP_CACHE_SYNCED`] | the Antrea ClusterNetworkPolicy / NetworkPolicy cache has listed, or found its CRD not installed | registered by whoever starts the caches (tierd: `tier_kube::policies::PolicyCache`) |
+//! | [`LEADER_ELECTION`] | this replica leads (informational: a standby stays Ready) | registered by tierd with leader election on |
 //!
 //! The two policy checks are **not** in the default `/readyz`: only the webhook's DELETE reads
 //! the policy caches, and it refuses in-band while they are unsynced. If readiness waited for
@@ -99,6 +100,10 @@ pub const SYSTEM_TIERS: &str = "system-tiers";
 pub const TIERS_UNOBSTRUCTED: &str = "tiers-unobstructed";
 /// The check that fails as soon as shutdown starts.
 pub const SHUTDOWN: &str = "shutdown";
+/// The check that passes while this replica leads (may write Tiers); informational, registered
+/// only when leader election is on (tierd's Lease or the embedder's signal): a standby stays
+/// Ready, since it serves the webhook too.
+pub const LEADER_ELECTION: &str = "leader-election";
 
 /// The state of one check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -262,8 +267,13 @@ pub(crate) fn system_tiers_state(status: &Status) -> CheckState {
     if waiting.is_empty() {
         return CheckState::failed("waiting for the Tier driver to publish its first status");
     }
+    let standby = if status.standby {
+        " (this replica is on standby: the leader writes them)"
+    } else {
+        ""
+    };
     CheckState::Failed(format!(
-        "system Tiers not initialized: {}",
+        "system Tiers not initialized{standby}: {}",
         waiting.join("; ")
     ))
 }
@@ -737,6 +747,23 @@ mod tests {
     }
 
     #[test]
+    fn system_tiers_says_when_the_replica_is_on_standby() {
+        let status = Status {
+            synced: true,
+            standby: true,
+            tiers: vec![tier("platform", TierState::Pending)],
+            ..Status::default()
+        };
+        assert_eq!(
+            system_tiers_state(&status),
+            CheckState::failed(
+                "system Tiers not initialized (this replica is on standby: the leader writes \
+                 them): platform pending"
+            )
+        );
+    }
+
+    #[test]
     fn system_tiers_is_latched() {
         let status = Status {
             synced: true,
@@ -785,6 +812,7 @@ mod tests {
                 since: now,
                 attempt: 4,
                 message: "update to Tier priority is not allowed".into(),
+                rule: None,
             },
         ));
         status.tiers.push(tier(

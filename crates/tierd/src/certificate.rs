@@ -252,10 +252,8 @@ mod tests {
         let task = tokio::spawn(async move {
             settle(round, OBJECT, CALL_TIMEOUT, &state, &stop).await;
         });
-        let tasks = crate::Tasks {
-            handles: vec![task],
-            driver: None,
-        };
+        let mut tasks = crate::Tasks::default();
+        tasks.handles.push(task);
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(asked.lock().unwrap().len() >= 5);
         drop(tasks);

@@ -25,6 +25,7 @@
 //! | metrics authentication | off (bind `/metrics` to localhost) | turn it on ([`Builder::metrics_auth`]) |
 //! | the self-signed certificate | none | keep one ([`Builder::self_signed_cert`]) |
 //! | readiness checks | all of tierd's; `system-tiers` informational | require `system-tiers` ([`Builder::ready_requires_tiers`]), register its own on [`Tierd::readiness`] |
+//! | who writes Tiers | this process, always | elect one writer by tierd's Lease, or pass its own leadership signal ([`Builder::leadership`], [`Leadership`]) |
 //!
 //! The running [`Tierd`] gives the driver's status ([`Tierd::status`], with
 //! `initialized()`), the routers for each port ([`Tierd::probes`], [`Tierd::webhook`],
@@ -46,6 +47,7 @@
 //! | the policy caches | `acnp-cache-synced`, `annp-cache-synced` (informational) | DELETE reviews |
 //! | the controller identity | [`CONTROLLER_IDENTITY`] (informational) | UPDATE reviews that change a priority (until then: [`IDENTITY_PENDING`](tier_server::webhook::IDENTITY_PENDING), code 503, retry after 1 s) |
 //! | the self-signed certificate | [`SERVING_CERTIFICATE`] (required) | the webhook's port ([`Tierd::certificate_settled`]) |
+//! | the Lease, with leader election | [`LEADER_ELECTION`] (informational) | the driver's writes (a standby observes and serves, and writes nothing) |
 //!
 //! The informational checks do not fail `/readyz`: kube-apiserver reaches the webhook only
 //! through Ready pods, and tierd's own Tier creates need the webhook (the second dependency
@@ -90,20 +92,22 @@ use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tier_core::calico::Calico;
 use tier_core::{
-    Antrea, DesiredSet, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped, TierLister,
-    ValidationRules,
+    Antrea, DesiredSet, Driver, DriverConfig, DriverStopped, Mode, StatusHandle, Stopped,
+    TierLister, ValidationRules,
 };
 use tier_kube::backoff::RetryBackoff;
 use tier_kube::calico::CalicoApi;
 use tier_kube::identity::ControllerIdentity;
 use tier_kube::kube_tier::KubeTier;
+use tier_kube::lease::{ElectionConfig, ElectionError, Elector, KubeLeases};
 use tier_kube::lister::KubeLister;
 use tier_kube::writer::WriterConfig;
 use tier_runtime::Ensurer;
 use tier_server::health::HealthConfig;
-use tier_server::readiness::{CacheSynced, SYSTEM_TIERS, SystemTiers};
+use tier_server::readiness::{CacheSynced, LEADER_ELECTION, SYSTEM_TIERS, SystemTiers};
 use tier_server::readiness::{CheckState, Readiness, Shutdown};
 use tier_server::server::Routes;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use backend::Backend;
@@ -164,6 +168,28 @@ pub enum StartError {
     /// The driver configuration ([`Builder::driver_config`]) is out of range; nothing started.
     #[error(transparent)]
     Config(#[from] tier_core::ConfigError),
+    /// The leader election configuration ([`Leadership::Lease`]) cannot fence or is out of
+    /// range; nothing started.
+    #[error("leader election: {0}")]
+    Election(#[from] ElectionError),
+}
+
+/// Who decides that this replica may write Tiers ([`Builder::leadership`]). Whatever the
+/// choice, every replica keeps its caches and serves the webhook, the probes and the metrics,
+/// and stays Ready; only the writes wait.
+#[derive(Debug, Default)]
+pub enum Leadership {
+    /// Nobody: this process writes (the default; one replica).
+    #[default]
+    Always,
+    /// tierd's own Lease (`tierd run --leader-elect`): only its holder writes, with fencing
+    /// and release on [`Tierd::shutdown`] (see [`tier_kube::lease`]). Leadership shows in
+    /// [`LEADER_ELECTION`], `tierd_leader` and an Event about the Lease on each change.
+    Lease(ElectionConfig),
+    /// The embedder's own signal (its controller already elects a leader): writes start only
+    /// while it is `true`; a closed channel counts as `false`. Shows in [`LEADER_ELECTION`]
+    /// and `tierd_leader`; the embedder's elector tells its own Events.
+    Signal(watch::Receiver<bool>),
 }
 
 /// Whether and how the driver's Tier events become Kubernetes Events.
@@ -192,6 +218,7 @@ pub struct Builder<C: Backend = Antrea> {
     metrics_auth: bool,
     ready_requires_tiers: bool,
     health: HealthConfig,
+    leadership: Leadership,
 }
 
 impl<C: Backend> fmt::Debug for Builder<C> {
@@ -287,6 +314,13 @@ impl<C: Backend> Builder<C> {
         self
     }
 
+    /// Who may write Tiers (default [`Leadership::Always`]): tierd's Lease, or the embedder's
+    /// own leadership signal.
+    pub fn leadership(mut self, leadership: Leadership) -> Self {
+        self.leadership = leadership;
+        self
+    }
+
     /// Starts every part in the background and returns at once; sends no request itself.
     ///
     /// # Errors
@@ -295,6 +329,9 @@ impl<C: Backend> Builder<C> {
     pub fn start(self) -> Result<Tierd<C>, StartError> {
         // Invalid configuration starts nothing.
         self.driver.validate()?;
+        if let Leadership::Lease(config) = &self.leadership {
+            config.validate()?;
+        }
         let client = self.clients.shared.clone();
         // tierd's own retry loops pace themselves: no kube retry layer under them.
         let retry_free = self.clients.writer.clone();
@@ -313,35 +350,49 @@ impl<C: Backend> Builder<C> {
         );
         let mut tasks = Tasks::default();
         let desired = self.desired.clone();
-        let ensurer = match &self.events {
-            Events::Kubernetes { instance } => {
-                let (ensurer, events) = tier_runtime::spawn_with_events(
-                    lister.clone(),
-                    writer,
-                    desired,
-                    self.driver,
-                    Mode::Continuous,
-                )?;
-                let reporter = tier_kube::events::reporter(instance.clone());
-                let events = tier_kube::events::publish_about(
-                    client.clone(),
-                    reporter,
-                    events,
-                    tier_kube::events::EventSubject::of::<C::Object>(lister.resource()),
-                );
-                tasks.handles.push(tokio::spawn(async move {
-                    events.await;
-                }));
-                ensurer
+        let mut driver = Driver::new(
+            lister.clone(),
+            writer,
+            tier_runtime::TokioClock,
+            desired,
+            self.driver,
+        )?;
+        let (elector, gate) = match self.leadership {
+            Leadership::Always => (None, None),
+            Leadership::Signal(signal) => (None, Some(signal)),
+            Leadership::Lease(config) => {
+                let leases = KubeLeases::new(self.clients.writer.clone(), &config);
+                let mut elector = Elector::spawn(leases, config.clone())?;
+                if let (Events::Kubernetes { instance }, Some(events)) =
+                    (&self.events, elector.events())
+                {
+                    let reporter = tier_kube::events::reporter(instance.clone());
+                    let client = client.clone();
+                    tasks.leader_events = Some(tokio::spawn(async move {
+                        tier_kube::lease::publish_events(client, reporter, &config, events).await;
+                    }));
+                }
+                let gate = elector.may_write();
+                (Some(elector), Some(gate))
             }
-            Events::Off => tier_runtime::spawn(
-                lister.clone(),
-                writer,
-                desired,
-                self.driver,
-                Mode::Continuous,
-            )?,
         };
+        if let Some(gate) = &gate {
+            driver.leadership(gate.clone());
+        }
+        if let Events::Kubernetes { instance } = &self.events {
+            let events = driver.events();
+            let reporter = tier_kube::events::reporter(instance.clone());
+            let events = tier_kube::events::publish_about(
+                client.clone(),
+                reporter,
+                events,
+                tier_kube::events::EventSubject::of::<C::Object>(lister.resource()),
+            );
+            tasks.handles.push(tokio::spawn(async move {
+                events.await;
+            }));
+        }
+        let ensurer = tier_runtime::spawn_driver(driver, Mode::Continuous);
         let status = ensurer.status();
         tasks.driver = Some(ensurer.cancellation());
 
@@ -349,6 +400,38 @@ impl<C: Backend> Builder<C> {
         let readiness = Readiness::standard(status.clone(), cache_synced::<C>(&lister), &shutdown);
         if self.ready_requires_tiers {
             readiness.register(SYSTEM_TIERS, SystemTiers(status.clone()));
+        }
+        match (&elector, gate) {
+            (Some(elector), _) => {
+                let leader = elector.status();
+                readiness.register_informational(
+                    LEADER_ELECTION,
+                    tier_server::readiness::from_fn(move || {
+                        let leader = leader.borrow();
+                        if leader.leading {
+                            CheckState::Ok
+                        } else {
+                            CheckState::failed(leader.to_string())
+                        }
+                    }),
+                );
+            }
+            (None, Some(signal)) => {
+                readiness.register_informational(
+                    LEADER_ELECTION,
+                    tier_server::readiness::from_fn(move || {
+                        if signal.has_changed().is_ok() && *signal.borrow() {
+                            CheckState::Ok
+                        } else {
+                            CheckState::failed(
+                                "standby: the embedder's leader election says another replica \
+                                 leads; this replica writes no Tier",
+                            )
+                        }
+                    }),
+                );
+            }
+            (None, None) => {}
         }
         C::serve(
             &mut parts,
@@ -369,6 +452,7 @@ impl<C: Backend> Builder<C> {
         });
         Ok(Tierd {
             ensurer,
+            elector,
             status,
             lister,
             readiness,
@@ -420,6 +504,7 @@ fn cache_synced<C: Backend>(lister: &KubeLister<C::Object>) -> CacheSynced {
 /// waits for the driver to end.
 pub struct Tierd<C: Backend = Antrea> {
     ensurer: Ensurer,
+    elector: Option<Elector>,
     status: StatusHandle,
     lister: KubeLister<C::Object>,
     readiness: Readiness,
@@ -449,6 +534,8 @@ where
 struct Tasks {
     handles: Vec<JoinHandle<()>>,
     driver: Option<tokio_util::sync::CancellationToken>,
+    /// The Events about the Lease, awaited briefly at shutdown so that the release is told.
+    leader_events: Option<JoinHandle<()>>,
 }
 
 impl Drop for Tasks {
@@ -456,11 +543,14 @@ impl Drop for Tasks {
         if let Some(driver) = &self.driver {
             driver.cancel();
         }
-        for task in &self.handles {
+        for task in self.handles.iter().chain(&self.leader_events) {
             task.abort();
         }
     }
 }
+
+/// How long [`Tierd::shutdown`] waits for the Event telling that the Lease was released.
+const LEADER_EVENT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Tierd<Antrea> {
     /// The controller identity (known, or still being asked).
@@ -484,6 +574,7 @@ impl<C: Backend> Tierd<C> {
             metrics_auth: false,
             ready_requires_tiers: false,
             health: HealthConfig::default(),
+            leadership: Leadership::Always,
         }
     }
 
@@ -574,16 +665,39 @@ impl<C: Backend> Tierd<C> {
         }
     }
 
+    /// What tierd's leader elector knows, with [`Leadership::Lease`].
+    pub fn leader(&self) -> Option<watch::Receiver<tier_kube::lease::LeaderStatus>> {
+        self.elector.as_ref().map(Elector::status)
+    }
+
     /// Stops tierd: readiness fails at once, no write starts after this call, the
-    /// background tasks end; returns how the driver stopped.
+    /// background tasks end; with [`Leadership::Lease`], once the driver has stopped, the
+    /// Lease is released (one call, bounded by half the renew deadline) so that a standby
+    /// takes over within one retry period. Returns how the driver stopped.
     pub async fn shutdown(self) -> Stopped {
         self.shutdown.trigger();
         let Tierd {
-            ensurer, mut tasks, ..
+            ensurer,
+            elector,
+            mut tasks,
+            ..
         } = self;
         tasks.driver = None;
+        let leader_events = tasks.leader_events.take();
         drop(tasks);
-        ensurer.shutdown().await
+        let stopped = ensurer.shutdown().await;
+        if let Some(elector) = elector {
+            elector.release().await;
+        }
+        if let Some(mut events) = leader_events
+            && tokio::time::timeout(LEADER_EVENT_GRACE, &mut events)
+                .await
+                .is_err()
+        {
+            events.abort();
+            tracing::debug!("the leader election Event was not published in time");
+        }
+        stopped
     }
 }
 

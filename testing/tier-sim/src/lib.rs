@@ -22,6 +22,8 @@
 //! - [`baseline`]: Antrea's old and new strategies over the core's ports.
 //! - [`calico`]: Calico's worlds, run by tierd's fleet and by Calico's own `EnsureInitialized`
 //!   (`--controller calico`), on the same draws of faults and initializers.
+//! - [`leader`]: leadership changes and Lease expiry as faults: replicas gated by real
+//!   electors on one simulated Lease, checked for one writer at a time.
 //! - [`sabotage`]: deliberately broken initializers, proving the checks can fail.
 //! - [`report`]: summaries and the comparison table.
 //! - [`cli`]: the `tier-sim` command line.
@@ -44,6 +46,7 @@ pub mod bounds;
 pub mod calico;
 pub mod check;
 pub mod cli;
+pub mod leader;
 mod liveness;
 pub mod report;
 pub mod sabotage;

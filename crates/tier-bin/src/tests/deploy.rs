@@ -290,3 +290,36 @@ fn the_calico_shape_runs_a_valid_calico_command_line_without_a_webhook() {
         tier_core::DesiredSet::<tier_core::calico::Calico>::calico()
     );
 }
+
+#[test]
+fn leader_election_is_on_with_leases_in_tierds_namespace_only() {
+    let (container, args) = container();
+    assert!(args.leader_elect.leader_elect, "--leader-elect is off");
+    let env: Vec<&str> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"),
+        "{env:?}"
+    );
+    // The Calico shape replaces the args: it elects too.
+    assert!(calico_args().iter().any(|a| a == "--leader-elect"));
+
+    let docs = documents("base/leader-election.yaml");
+    let role = named(&docs, "Role", "tierd-leader-election");
+    let rules = role["rules"].as_sequence().unwrap();
+    assert_eq!(strings(&rules[0]["apiGroups"]), ["coordination.k8s.io"]);
+    assert_eq!(strings(&rules[0]["resources"]), ["leases"]);
+    assert_eq!(strings(&rules[0]["verbs"]), ["get", "create", "update"]);
+    let binding = named(&docs, "RoleBinding", "tierd-leader-election");
+    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
+    assert_eq!(binding["subjects"][0]["name"].as_str(), Some("tierd"));
+    // No ClusterRole of the base grants Leases.
+    for doc in documents("base/rbac.yaml") {
+        let text = serde_yaml::to_string(&doc).unwrap();
+        assert!(!text.contains("leases"), "{text}");
+    }
+}

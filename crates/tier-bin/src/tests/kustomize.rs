@@ -293,6 +293,94 @@ fn ca_bundle_only_policy(docs: &[Value]) {
     assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
 }
 
+/// `--leader-elect` is on, with its identity and namespace from the downward API, and the only
+/// access to Leases is `get`, `create` and `update` in tierd's own namespace (with the Events
+/// about the Lease there), bound to tierd's service account.
+fn leader_election(docs: &[Value], namespace: &str) {
+    let container = container(docs);
+    let args: Vec<&str> = std::iter::once("tierd")
+        .chain(strings(&container["args"]))
+        .collect();
+    let cli = <Cli as clap::Parser>::try_parse_from(&args).unwrap();
+    let crate::cli::Command::Run(run) = cli.command else {
+        panic!("not run");
+    };
+    assert!(
+        run.leader_elect.leader_elect,
+        "--leader-elect is off: {args:?}"
+    );
+    // The identity and the Lease's namespace come from the downward API.
+    for (var, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let entry = container["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"].as_str() == Some(var))
+            .unwrap_or_else(|| panic!("no {var}"));
+        assert_eq!(
+            entry["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+            Some(field)
+        );
+    }
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--leader-elect-resource-namespace")),
+        "the Lease's namespace is the pod's: {args:?}"
+    );
+    let role = get(docs, "Role", "tierd-leader-election");
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some(namespace));
+    let rules = role["rules"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(strings(&rules[0]["apiGroups"]), ["coordination.k8s.io"]);
+    assert_eq!(strings(&rules[0]["resources"]), ["leases"]);
+    assert_eq!(strings(&rules[0]["verbs"]), ["get", "create", "update"]);
+    assert_eq!(strings(&rules[1]["resources"]), ["events"]);
+    assert_eq!(strings(&rules[1]["verbs"]), ["create", "patch"]);
+    let binding = get(docs, "RoleBinding", "tierd-leader-election");
+    assert_eq!(binding["metadata"]["namespace"].as_str(), Some(namespace));
+    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
+    assert_eq!(
+        binding["roleRef"]["name"].as_str(),
+        Some("tierd-leader-election")
+    );
+    let account = find_kind(docs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        binding["subjects"][0]["kind"].as_str(),
+        Some("ServiceAccount")
+    );
+    assert_eq!(binding["subjects"][0]["name"].as_str(), Some(account));
+    assert_eq!(
+        binding["subjects"][0]["namespace"].as_str(),
+        Some(namespace)
+    );
+    // Nothing else grants anything on Leases, by name or by wildcard.
+    for doc in docs {
+        if !matches!(doc["kind"].as_str(), Some("Role" | "ClusterRole"))
+            || doc["metadata"]["name"].as_str() == Some("tierd-leader-election")
+        {
+            continue;
+        }
+        for rule in doc["rules"].as_sequence().into_iter().flatten() {
+            let groups = strings(&rule["apiGroups"]);
+            let resources = strings(&rule["resources"]);
+            assert!(
+                !(groups
+                    .iter()
+                    .any(|g| *g == "coordination.k8s.io" || *g == "*")
+                    && resources.iter().any(|r| *r == "leases" || *r == "*")),
+                "{:?} grants Leases: {rule:?}",
+                doc["metadata"]["name"]
+            );
+        }
+    }
+}
+
 fn find_kind<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     docs.iter()
         .find(|d| d["kind"].as_str() == Some(kind))
@@ -332,6 +420,7 @@ fn standalone_installs_the_crd_the_webhook_and_a_self_signed_certificate() {
     assert_eq!(tls["emptyDir"]["medium"].as_str(), Some("Memory"));
     self_signed_rbac(&docs);
     ca_bundle_only_policy(&docs);
+    leader_election(&docs, "kube-system");
     let webhook_role = get(&docs, "ClusterRole", "tierd-webhook-ca");
     assert_eq!(
         webhook_role["rules"][0]["resourceNames"][0].as_str(),
@@ -391,7 +480,19 @@ fn beside_antrea_installs_no_crd_no_webhook_and_ensures_the_organisations_tiers(
     let file = Path::new(tiers_path).file_name().unwrap().to_str().unwrap();
     assert_eq!(map["data"][file].as_str(), Some(tiers.as_str()));
     self_signed_rbac(&docs);
+    leader_election(&docs, "kube-system");
     no_webhook_port(&text, &docs);
+}
+
+#[test]
+fn the_calico_shape_elects_a_leader_too() {
+    let dir = deploy().join("overlays/calico");
+    check_structure(&dir);
+    let Some(docs) = render(&dir) else {
+        return;
+    };
+    common_checks(&docs, "kube-system");
+    leader_election(&docs, "kube-system");
 }
 
 /// Beside Antrea nothing calls tierd's webhook: tierd listens for none (`--webhook-listen=`),
@@ -468,6 +569,7 @@ fn namespace_and_image_are_the_usual_kustomize_knobs() {
     common_checks(&docs, "tierd-system");
     self_signed_rbac(&docs);
     ca_bundle_only_policy(&docs);
+    leader_election(&docs, "tierd-system");
     let container = container(&docs);
     assert_eq!(
         container["image"].as_str(),

@@ -23,10 +23,11 @@ use kube::runtime::events::EventType;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tier_core::calico::Calico;
 use tier_core::{Antrea, OutcomeCounts, Status, TierEvent, TierState, TierStatus};
+use tier_kube::lease::LeaderEvent;
 use tier_server::conn::Limits;
 use tier_server::readiness::{
-    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckKind, SHUTDOWN, SYSTEM_TIERS, TIER_CACHE_SYNCED,
-    TIERS_UNOBSTRUCTED,
+    ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, CheckKind, LEADER_ELECTION, SHUTDOWN, SYSTEM_TIERS,
+    TIER_CACHE_SYNCED, TIERS_UNOBSTRUCTED,
 };
 use tier_server::server::{Server, ServerMetrics};
 use tier_server::tls::{CertFiles, CertReloader, ClientAuth};
@@ -188,7 +189,8 @@ struct Assembled {
 async fn assembled(flags: &[&str], certs: &TestCerts) -> Assembled {
     async fn with<C: ControllerMode>(args: &RunArgs, certs: &TestCerts) -> Assembled {
         let desired = C::desired(&args.cluster).unwrap();
-        let tierd = daemon::assemble::<C>(args, unreachable_clients(), desired)
+        let leadership = daemon::leadership(args).unwrap();
+        let tierd = daemon::assemble::<C>(args, unreachable_clients(), desired, leadership)
             .start()
             .unwrap();
         let server_metrics = ServerMetrics::default();
@@ -239,6 +241,10 @@ fn passes_when(name: &str) -> &'static str {
             "the self-signed certificate is settled (the Secret filled or checked, the files \
              written); the webhook and `/metrics` serve only after"
         }
+        LEADER_ELECTION => {
+            "this replica leads (holds the Lease, or the embedder's signal says so); on standby \
+             the reason names the holder. Never fails `/readyz`: a standby serves the webhook"
+        }
         other => panic!("describe the readiness check {other:?} in passes_when"),
     }
 }
@@ -258,11 +264,17 @@ async fn readiness_table(certs: &TestCerts) -> String {
     .await;
     let requires_tiers = checks(&["--ready-requires-tiers"]).await;
     let calico = checks(&["--controller", "calico"]).await;
+    let leader = checks(&["--leader-elect", "--pod-name", "tierd-0"]).await;
     let kind_in = |checks: &[(String, CheckKind)], name: &str| {
         checks.iter().find(|(n, _)| n == name).map(|(_, k)| *k)
     };
     let mut names: Vec<String> = Vec::new();
-    for (name, _) in self_signed.iter().chain(&calico).chain(&requires_tiers) {
+    for (name, _) in self_signed
+        .iter()
+        .chain(&calico)
+        .chain(&requires_tiers)
+        .chain(&leader)
+    {
         if !names.contains(name) {
             names.push(name.clone());
         }
@@ -277,7 +289,7 @@ async fn readiness_table(certs: &TestCerts) -> String {
             CheckKind::Required => "required",
             CheckKind::Informational => "informational",
         };
-        let first = [&antrea, &self_signed, &calico]
+        let first = [&antrea, &self_signed, &calico, &leader]
             .iter()
             .find_map(|checks| kind_in(checks, &name))
             .unwrap_or(CheckKind::Required);
@@ -294,7 +306,10 @@ async fn readiness_table(certs: &TestCerts) -> String {
             (true, _, false) => "Antrea",
             (false, true, false) => "Antrea, with `--self-signed-cert`",
             (false, _, true) => "Calico",
-            (false, _, false) => "with `--ready-requires-tiers`",
+            (false, _, false) if kind_in(&requires_tiers, &name).is_some() => {
+                "with `--ready-requires-tiers`"
+            }
+            (false, _, false) => "with `--leader-elect`",
         };
         let needed: Vec<String> = operations
             .iter()
@@ -412,6 +427,35 @@ fn every_event_variant_has_an_example() {
     assert!(seen.iter().all(|s| *s), "{seen:?}");
 }
 
+/// When the elector emits each leadership change (about the Lease, in its namespace).
+fn when_leader(event: &LeaderEvent) -> &'static str {
+    match event {
+        LeaderEvent::Acquired { .. } => "this replica acquired the Lease: it writes Tiers from now on",
+        LeaderEvent::Lost { .. } => {
+            "this replica could not renew within the renew deadline, or saw another holder: it \
+             stopped writing"
+        }
+        LeaderEvent::Released { .. } => "this replica released the Lease on SIGTERM",
+    }
+}
+
+/// One example of every leadership change.
+fn leader_examples() -> Vec<LeaderEvent> {
+    let identity = || "tierd-5d8f7-x2k4q_3f2a9c1e0b7d4a68".to_owned();
+    vec![
+        LeaderEvent::Acquired {
+            identity: identity(),
+        },
+        LeaderEvent::Lost {
+            identity: identity(),
+            reason: "the Lease was not renewed within 10s".into(),
+        },
+        LeaderEvent::Released {
+            identity: identity(),
+        },
+    ]
+}
+
 /// The Event table: every Event tierd publishes, about a Tier or about the certificate's
 /// Secret; its reasons are exactly `tier_kube::events::REASONS`.
 fn event_table() -> String {
@@ -431,11 +475,18 @@ fn event_table() -> String {
         "the `--self-signed-cert` Secret",
         "tierd found the certificate Secret's content bad (see docs/SECURITY.md) and replaced it",
     );
+    let leadership = leader_examples().into_iter().map(|event| {
+        (
+            tier_kube::events::leader_election(&event),
+            "the Lease (`--leader-elect`)",
+            when_leader(&event),
+        )
+    });
     let mut out = String::from(
         "| reason | type | action | about | when | example note |\n|---|---|---|---|---|---|\n",
     );
     let mut reasons = Vec::new();
-    for (rendered, about, when) in about_tiers.chain([certificate]) {
+    for (rendered, about, when) in about_tiers.chain([certificate]).chain(leadership) {
         let kind = match rendered.type_ {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
@@ -452,6 +503,7 @@ fn event_table() -> String {
     let mut rendered: Vec<&str> = reasons.iter().map(String::as_str).collect();
     listed.sort_unstable();
     rendered.sort_unstable();
+    rendered.dedup();
     assert_eq!(
         rendered, listed,
         "the Event table and tier_kube::events::REASONS disagree: add an example of the new Event"

@@ -198,6 +198,7 @@ async fn after_initialization_readyz_verbose_still_names_a_denied_tier_and_stays
         since: Instant::now(),
         attempt: 4,
         message: "update to Tier priority is not allowed".into(),
+        rule: None,
     };
     f.send(status);
     let server = Running::plain(Routes::new(f.readiness.clone()).into_router()).await;
