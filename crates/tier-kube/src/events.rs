@@ -183,6 +183,7 @@ pub async fn publish_about(
         match tokio::time::timeout(PUBLISH_TIMEOUT, send).await {
             Ok(Ok(())) => published += 1,
             Ok(Err(error)) => {
+                let error = crate::explain::client_error(&error);
                 tracing::warn!(tier = event.tier(), %error, "cannot publish an Event")
             }
             Err(_) => tracing::warn!(

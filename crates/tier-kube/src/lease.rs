@@ -687,7 +687,10 @@ pub async fn publish_events(
         let send = recorder.publish(&kube_event, &reference);
         match tokio::time::timeout(PUBLISH_TIMEOUT, send).await {
             Ok(Ok(())) => published += 1,
-            Ok(Err(error)) => tracing::warn!(%error, "cannot publish a leader election Event"),
+            Ok(Err(error)) => {
+                let error = crate::explain::client_error(&error);
+                tracing::warn!(%error, "cannot publish a leader election Event")
+            }
             Err(_) => tracing::warn!(
                 "publishing a leader election Event took over {PUBLISH_TIMEOUT:?}; dropped"
             ),
