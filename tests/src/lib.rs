@@ -6,6 +6,8 @@
 //! metrics) are read from its JSON log; [`Tierd::get`] speaks HTTP or HTTPS to the right one.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod real;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -362,6 +364,30 @@ impl Tierd {
             .await;
         tierd.probe_addr = probe_addr.unwrap();
         tierd.metrics_addr = metrics_addr.unwrap();
+        tierd
+    }
+
+    /// Spawns `command` (`tierd run` with flags and environment of the caller's choosing, e.g.
+    /// a rendered Deployment's: [`real`]) with the probe and metrics ports on 127.0.0.1:0,
+    /// `--log-format json`, `--kubeconfig kubeconfig` and `extra`; returns once the probe and
+    /// metrics ports serve, and the webhook port too when `webhook` is true.
+    pub async fn start(
+        command: Command,
+        kubeconfig: &std::path::Path,
+        extra: &[&str],
+        webhook: bool,
+    ) -> Self {
+        let mut tierd = Self::spawn(command, kubeconfig, None, extra);
+        let addrs = tierd
+            .until_serves(|addrs| {
+                addrs[1].is_some() && addrs[2].is_some() && (!webhook || addrs[0].is_some())
+            })
+            .await;
+        if let Some(addr) = addrs[0] {
+            tierd.addr = addr;
+        }
+        tierd.probe_addr = addrs[1].unwrap();
+        tierd.metrics_addr = addrs[2].unwrap();
         tierd
     }
 

@@ -2,10 +2,13 @@
 //! its own: no cert-manager and no hand-pasted `caBundle`.
 //!
 //! A CA and a serving certificate for the webhook's Service (`NAME`, `NAME.NS`, `NAME.NS.svc`,
-//! `NAME.NS.svc.cluster.local`) live in one Secret (type `kubernetes.io/tls`; keys `tls.crt`,
-//! `tls.key`, `ca.crt`, `ca.key`) in tierd's namespace. The install ships that Secret empty
-//! (`deploy/components/self-signed-cert/secret.yaml`): tierd only reads and updates it, it never
-//! creates Secrets. [`reconcile`] is one step, run at start (tierd retries it on its start-up
+//! `NAME.NS.svc.cluster.local`) live in one Secret (keys `tls.crt`, `tls.key`, `ca.crt`,
+//! `ca.key`; any type, the install's is `Opaque`) in tierd's namespace. The install ships that
+//! Secret with no data at all (`deploy/components/self-signed-cert/secret.yaml`), so that
+//! re-applying the install has nothing to put back over what tierd wrote: tierd only reads and
+//! updates it, it never creates Secrets. Both updates name tierd as their field manager
+//! ([`FIELD_MANAGER`]), so a server-side apply that does claim those fields names tierd in its
+//! conflict. [`reconcile`] is one step, run at start (tierd retries it on its start-up
 //! backoff until it succeeds) and then periodically by [`maintain`]:
 //!
 //! 1. **The Secret** ([`ensure_secret`]): empty (as shipped), a fresh CA and certificate are
@@ -72,6 +75,17 @@ pub(crate) const TLS_KEY: &str = "tls.key";
 pub(crate) const CA_CRT: &str = "ca.crt";
 /// Secret key of the CA's private key (PEM).
 pub(crate) const CA_KEY: &str = "ca.key";
+
+/// The field manager of tierd's updates of the Secret and the `caBundle`, as of its Tier writes.
+pub const FIELD_MANAGER: &str = crate::writer::DEFAULT_FIELD_MANAGER;
+
+/// Parameters of tierd's updates: its field manager.
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    }
+}
 
 /// The most bytes each of the Secret's four PEM fields may hold (a P-256 or RSA-4096
 /// certificate or key is a few KiB).
@@ -731,10 +745,7 @@ pub async fn ensure_secret(
         };
         secret.data = Some(data(&bundle));
         secret.string_data = None;
-        match api
-            .replace(&config.secret, &PostParams::default(), &secret)
-            .await
-        {
+        match api.replace(&config.secret, &post_params(), &secret).await {
             Ok(_) => {
                 if let Some(note) = bad {
                     tracing::warn!(
@@ -825,10 +836,7 @@ pub async fn ensure_ca_bundle(
         if !changed {
             return Ok(false);
         }
-        match api
-            .replace(name, &PostParams::default(), &configuration)
-            .await
-        {
+        match api.replace(name, &post_params(), &configuration).await {
             Ok(_) => {
                 tracing::info!(configuration = %name, "caBundle set to the self-signed CA");
                 return Ok(true);

@@ -84,7 +84,7 @@ async fn replicas_racing_to_fill_the_shipped_secret_end_with_one_bundle_they_all
     assert!(results.iter().all(|(bundle, _)| *bundle == results[0].0));
     let secrets = harness.server.store().objects(ObjectKind::Secret);
     assert_eq!(secrets.len(), 1);
-    assert_eq!(secrets[0]["type"], "kubernetes.io/tls");
+    assert_eq!(secrets[0]["type"], "Opaque");
     assert_eq!(
         decoded(&secrets[0]["data"]["tls.crt"]),
         results[0].0.tls_crt

@@ -1,8 +1,9 @@
-//! The control plane's two binaries, built on first use from `testing/control-plane` (a Go
+//! The control plane's binaries (kube-apiserver, etcd, kube-controller-manager), built on first use from `testing/control-plane` (a Go
 //! module pinning kube-apiserver and etcd) and cached by version under the cargo target dir.
 //!
 //! Where they come from, first match wins:
-//! 1. `TIER_TESTCLUSTER_BIN`: a directory holding `kube-apiserver` and `etcd`, used as is;
+//! 1. `TIER_TESTCLUSTER_BIN`: a directory holding `kube-apiserver`, `etcd` and
+//!    `kube-controller-manager`, used as is;
 //! 2. the cache `<root>/<kubernetes version>/bin/`, where `<root>` is `TIER_TESTCLUSTER_CACHE`,
 //!    else `<target dir>/control-plane` (the target dir is `CARGO_TARGET_DIR`, else the
 //!    ancestor of the running executable that holds cargo's `CACHEDIR.TAG`, else the
@@ -21,18 +22,22 @@ use std::sync::{Mutex, OnceLock};
 
 use crate::Error;
 
-/// Overrides where the binaries come from: a directory holding `kube-apiserver` and `etcd`.
+/// Overrides where the binaries come from: a directory holding `kube-apiserver`, `etcd` and
+/// `kube-controller-manager`.
 pub const BIN_ENV: &str = "TIER_TESTCLUSTER_BIN";
 /// Overrides the cache root (default `<target dir>/control-plane`).
 pub const CACHE_ENV: &str = "TIER_TESTCLUSTER_CACHE";
 
-/// kube-apiserver and etcd, ready to run.
+/// kube-apiserver, etcd and kube-controller-manager, ready to run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Binaries {
     /// The `kube-apiserver` executable.
     pub kube_apiserver: PathBuf,
     /// The `etcd` executable.
     pub etcd: PathBuf,
+    /// The `kube-controller-manager` executable (started only on request:
+    /// [`Options::controllers`](crate::Options::controllers)).
+    pub kube_controller_manager: PathBuf,
     /// The Kubernetes version they were built at (`v1.37.2`), or `custom` from [`BIN_ENV`].
     pub version: String,
 }
@@ -72,9 +77,14 @@ fn locate() -> Result<Binaries, Error> {
         let binaries = Binaries {
             kube_apiserver: dir.join("kube-apiserver"),
             etcd: dir.join("etcd"),
+            kube_controller_manager: dir.join("kube-controller-manager"),
             version: "custom".to_owned(),
         };
-        for path in [&binaries.kube_apiserver, &binaries.etcd] {
+        for path in [
+            &binaries.kube_apiserver,
+            &binaries.etcd,
+            &binaries.kube_controller_manager,
+        ] {
             if !path.is_file() {
                 return Err(Error::Build(format!(
                     "{BIN_ENV}={} holds no {}; unset it to build the control plane from \
@@ -101,6 +111,7 @@ fn locate() -> Result<Binaries, Error> {
     let binaries = Binaries {
         kube_apiserver: bin.join("kube-apiserver"),
         etcd: bin.join("etcd"),
+        kube_controller_manager: bin.join("kube-controller-manager"),
         version: version.clone(),
     };
     let stamp_file = bin.join("stamp");
@@ -108,6 +119,7 @@ fn locate() -> Result<Binaries, Error> {
         std::fs::read_to_string(&stamp_file).ok().as_deref() == Some(digest.as_str())
             && binaries.kube_apiserver.is_file()
             && binaries.etcd.is_file()
+            && binaries.kube_controller_manager.is_file()
     };
     if fresh(&binaries) {
         return Ok(binaries);
@@ -185,7 +197,7 @@ fn target_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target")
 }
 
-/// `go build` of both binaries into `dir/bin`.
+/// `go build` of the three binaries into `dir/bin`.
 fn build(module: &Path, dir: &Path, version: &str) -> Result<(), Error> {
     let go = find_go().ok_or(Error::GoMissing)?;
     let scratch = tempfile::Builder::new()
@@ -194,7 +206,7 @@ fn build(module: &Path, dir: &Path, version: &str) -> Result<(), Error> {
         .map_err(|e| Error::io(dir, e))?;
     let started = std::time::Instant::now();
     eprintln!(
-        "tier-testcluster: building kube-apiserver and etcd {version} from {} (minutes the \
+        "tier-testcluster: building kube-apiserver, etcd and kube-controller-manager {version} from {} (minutes the \
          first time on a machine; cached in {})",
         module.display(),
         dir.display()
@@ -212,6 +224,7 @@ fn build(module: &Path, dir: &Path, version: &str) -> Result<(), Error> {
         .arg(&out)
         .args([
             "k8s.io/kubernetes/cmd/kube-apiserver",
+            "k8s.io/kubernetes/cmd/kube-controller-manager",
             "go.etcd.io/etcd/server/v3",
         ])
         .output()
@@ -237,6 +250,10 @@ fn build(module: &Path, dir: &Path, version: &str) -> Result<(), Error> {
         (
             scratch.path().join("kube-apiserver"),
             bin.join("kube-apiserver"),
+        ),
+        (
+            scratch.path().join("kube-controller-manager"),
+            bin.join("kube-controller-manager"),
         ),
         (etcd, bin.join("etcd")),
     ] {

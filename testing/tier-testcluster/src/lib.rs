@@ -1,4 +1,5 @@
-//! A real control plane for tests: kube-apiserver and etcd, built from the Go module in
+//! A real control plane for tests: kube-apiserver and etcd (and, on request,
+//! kube-controller-manager), built from the Go module in
 //! `testing/control-plane` on first use ([`binaries()`]), started on loopback ports with fresh
 //! certificates, and torn down on drop.
 //!
@@ -18,9 +19,10 @@
 //! the run directory; kube-apiserver with RBAC authorization (`--authorization-mode=RBAC`),
 //! client certificates (`--client-ca-file`), a ServiceAccount issuer and signing key (so
 //! TokenRequest works), `--advertise-address=127.0.0.1` and the ServiceAccount admission plugin
-//! off (no controller-manager creates `default` ServiceAccounts). No controller-manager,
-//! scheduler or kubelet: Deployments are stored but never run; garbage collection and
-//! namespace deletion do not happen. The admin is a client certificate with O
+//! off (no controller-manager creates `default` ServiceAccounts). No scheduler or kubelet:
+//! Deployments are stored but never run. kube-controller-manager runs only with the
+//! controllers a test names ([`Options::controllers`]); without it garbage collection and
+//! namespace deletion do not happen and no ValidatingAdmissionPolicy is type-checked. The admin is a client certificate with O
 //! `system:masters` ([`TestCluster::client`], [`TestCluster::kubeconfig`]).
 //!
 //! Ports are taken from the kernel (bind `127.0.0.1:0`, then closed) and handed to the
@@ -54,6 +56,7 @@
 #![forbid(unsafe_code)]
 
 pub mod binaries;
+pub mod egress;
 pub mod pki;
 pub mod process;
 
@@ -187,6 +190,7 @@ fn slots() -> &'static Semaphore {
 pub struct Options {
     apiserver_args: Vec<String>,
     files: Vec<(String, String)>,
+    controllers: Vec<String>,
 }
 
 impl Options {
@@ -195,6 +199,21 @@ impl Options {
     #[must_use]
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Also runs kube-controller-manager with only `controllers` (its `--controllers` names,
+    /// e.g. `validatingadmissionpolicy-status-controller`, which fills a
+    /// ValidatingAdmissionPolicy's `status.typeChecking`), as the admin, once kube-apiserver is
+    /// ready. Without it no controller runs (no type checking, garbage collection, namespace
+    /// deletion or default ServiceAccounts).
+    #[must_use]
+    pub fn controllers<S: Into<String>>(
+        mut self,
+        controllers: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.controllers
+            .extend(controllers.into_iter().map(Into::into));
         self
     }
 
@@ -209,9 +228,12 @@ impl Options {
 
 /// A running control plane (etcd and kube-apiserver) of its own; stopped and removed on drop.
 pub struct TestCluster {
-    // Dropped in this order: kube-apiserver, etcd, then the directory.
+    // Dropped in this order: the controller-manager, kube-apiserver, etcd, the egress proxy,
+    // then the directory.
+    controller_manager: Option<process::Process>,
     apiserver: process::Process,
     etcd: process::Process,
+    egress: egress::Egress,
     client: Client,
     url: String,
     pki: pki::Files,
@@ -312,6 +334,11 @@ impl TestCluster {
             std::fs::write(&path, contents).map_err(|e| Error::io(&path, e))?;
         }
 
+        let egress = egress::Egress::start(&run.join("egress.sock"))?;
+        let egress_config = run.join("egress.yaml");
+        std::fs::write(&egress_config, egress.configuration())
+            .map_err(|e| Error::io(&egress_config, e))?;
+
         let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let etcd_args = vec![
@@ -351,6 +378,7 @@ impl TestCluster {
                 pki.sa_private.display()
             ),
             "--profiling=false".to_owned(),
+            format!("--egress-selector-config-file={}", egress_config.display()),
         ];
         args.extend(
             options
@@ -397,9 +425,27 @@ impl TestCluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let controller_manager = if options.controllers.is_empty() {
+            None
+        } else {
+            let args = vec![
+                format!("--kubeconfig={}", kubeconfig.display()),
+                format!("--controllers={}", options.controllers.join(",")),
+                "--leader-elect=false".to_owned(),
+                "--secure-port=0".to_owned(),
+            ];
+            Some(process::Process::spawn(
+                "kube-controller-manager",
+                &binaries.kube_controller_manager,
+                &args,
+                &run,
+            )?)
+        };
         Ok(Parts {
+            controller_manager,
             apiserver,
             etcd,
+            egress,
             client,
             url,
             pki,
@@ -453,6 +499,14 @@ impl TestCluster {
     /// The end of kube-apiserver's log, for a failing test's message.
     pub fn apiserver_log_tail(&self, lines: usize) -> String {
         self.apiserver.log_tail(lines)
+    }
+
+    /// The end of kube-controller-manager's log; empty when it does not run.
+    pub fn controller_manager_log_tail(&self, lines: usize) -> String {
+        self.controller_manager
+            .as_ref()
+            .map(|p| p.log_tail(lines))
+            .unwrap_or_default()
     }
 
     /// kube-apiserver's process id (e.g. to measure its memory).
@@ -672,6 +726,49 @@ impl TestCluster {
         }
     }
 
+    /// Sends kube-apiserver's connections to `target` (`host:port`) to `to`, through its egress
+    /// proxy ([`egress`]).
+    pub fn route(&self, target: impl Into<String>, to: std::net::SocketAddr) {
+        self.egress.route(target, to);
+    }
+
+    /// Removes the route of `target`.
+    pub fn unroute(&self, target: &str) {
+        self.egress.unroute(target);
+    }
+
+    /// Routes the Service `namespace/name` (its ClusterIP and first port, where kube-apiserver
+    /// calls a webhook with a `service` reference) to `to`; returns the routed `ip:port`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Api`] when the Service cannot be read, [`Error::Manifest`] when it has no
+    /// ClusterIP or port.
+    pub async fn route_service(
+        &self,
+        namespace: &str,
+        name: &str,
+        to: std::net::SocketAddr,
+    ) -> Result<String, Error> {
+        let api: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(self.client(), namespace);
+        let service = api
+            .get(name)
+            .await
+            .map_err(Error::api(format!("get Service {namespace}/{name}")))?;
+        let spec = service.spec.unwrap_or_default();
+        let ip = spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None");
+        let port = spec.ports.unwrap_or_default().first().map(|p| p.port);
+        let (Some(ip), Some(port)) = (ip, port) else {
+            return Err(Error::Manifest(format!(
+                "Service {namespace}/{name} has no ClusterIP or port to route"
+            )));
+        };
+        let target = format!("{ip}:{port}");
+        self.route(target.clone(), to);
+        Ok(target)
+    }
+
     /// `kubectl` with `--kubeconfig` set to the admin kubeconfig; `None` without `kubectl` on
     /// PATH.
     pub fn kubectl(&self) -> Option<std::process::Command> {
@@ -687,8 +784,10 @@ impl TestCluster {
 
 /// A started control plane before its slot and binaries are attached.
 struct Parts {
+    controller_manager: Option<process::Process>,
     apiserver: process::Process,
     etcd: process::Process,
+    egress: egress::Egress,
     client: Client,
     url: String,
     pki: pki::Files,
@@ -700,8 +799,10 @@ struct Parts {
 impl Parts {
     fn finish(self, binaries: Binaries, slot: SemaphorePermit<'static>) -> TestCluster {
         TestCluster {
+            controller_manager: self.controller_manager,
             apiserver: self.apiserver,
             etcd: self.etcd,
+            egress: self.egress,
             client: self.client,
             url: self.url,
             pki: self.pki,

@@ -16,6 +16,10 @@ struct Args {
     /// Where to write the admin kubeconfig once the API server is ready.
     #[arg(long)]
     kubeconfig: PathBuf,
+    /// Also run kube-controller-manager with these controllers (comma-separated `--controllers`
+    /// names, e.g. `validatingadmissionpolicy-status-controller`).
+    #[arg(long, value_delimiter = ',')]
+    controllers: Vec<String>,
     /// An extra kube-apiserver flag (repeatable), e.g. `--apiserver-arg=--v=2`.
     #[arg(long = "apiserver-arg", allow_hyphen_values = true)]
     apiserver_args: Vec<String>,
@@ -50,7 +54,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .fold(tier_testcluster::Options::default(), |o, a| {
             o.apiserver_arg(a.clone())
-        });
+        })
+        .controllers(args.controllers.clone());
     let start = tier_testcluster::TestCluster::start_with(options);
     let cluster = tokio::select! {
         cluster = start => cluster?,
