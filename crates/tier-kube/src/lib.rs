@@ -34,6 +34,9 @@
 //!   (TokenReview, SubjectAccessReview), for `/metrics`.
 //! - [`backoff`]: [`RetryBackoff`](backoff::RetryBackoff), the capped, jittered retry pace of the
 //!   watches and start-up requests.
+//! - [`claims`]: [`LeaseClaims`](claims::LeaseClaims), the
+//!   [`PriorityClaims`](tier_core::PriorityClaims) port on one Lease, so that several replicas of
+//!   the webhook admit one Tier per priority.
 //!
 //! One watch, one store: the writer is made from the lister (it updates from the lister's store),
 //! and a lister can sit on an embedder's own reflector
@@ -82,6 +85,7 @@ pub mod auth;
 pub mod backoff;
 pub mod calico;
 pub mod certs;
+pub mod claims;
 pub mod classify;
 pub mod client;
 pub mod crd;
