@@ -5,8 +5,9 @@
 //! In Calico mode tierd has no Tier webhook (Calico's API pins its built-in Tiers and refuses
 //! their deletion itself), so the flags that only configure Antrea's webhook are refused with
 //! exit 2 rather than silently ignored: `--webhook-listen ADDR` (only `--webhook-listen ""` is
-//! accepted), `--self-signed-cert`, `--client-ca`, `--controller-user`, `--feature-gates`
-//! (Antrea's), and `--tls-cert` without `--metrics-auth` (TLS would serve nothing else).
+//! accepted), `--self-signed-cert`, `--client-ca`, `--controller-user`, `--priority-claims`,
+//! `--feature-gates` (Antrea's), and `--tls-cert` without `--metrics-auth` (TLS would serve
+//! nothing else).
 
 use std::net::SocketAddr;
 
@@ -72,6 +73,9 @@ impl ControllerMode for Antrea {
         if let Some(self_signed) = daemon::self_signed(args) {
             builder = builder.self_signed_cert(self_signed);
         }
+        if let Some(claims) = args.claims.config(args.pod_name.as_deref()) {
+            builder = builder.priority_claims(claims);
+        }
         builder
     }
 }
@@ -109,6 +113,9 @@ impl ControllerMode for Calico {
         }
         if args.controller_user.is_some() {
             flags.push("--controller-user");
+        }
+        if args.claims.priority_claims {
+            flags.push("--priority-claims");
         }
         if args.tls_cert.is_some() && !args.metrics_auth {
             flags.push("--tls-cert without --metrics-auth");
@@ -162,6 +169,7 @@ mod tests {
         for flags in [
             &["--webhook-listen", "0.0.0.0:9443"][..],
             &["--controller-user", "me"],
+            &["--priority-claims"],
             &["--tls-cert", "c.pem", "--tls-key", "k.pem"],
             &["--tls-cert", "c", "--tls-key", "k", "--self-signed-cert"],
         ] {
