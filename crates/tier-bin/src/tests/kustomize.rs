@@ -243,7 +243,11 @@ fn leases_only_by_name(docs: &[Value]) {
             if !leases {
                 continue;
             }
-            assert_ne!(kind, Some("ClusterRole"), "Leases in a ClusterRole: {doc:?}");
+            assert_ne!(
+                kind,
+                Some("ClusterRole"),
+                "Leases in a ClusterRole: {doc:?}"
+            );
             let verbs = strings(&rule["verbs"]);
             let changes = ["update", "patch", "delete", "deletecollection"]
                 .iter()
@@ -285,7 +289,10 @@ fn priority_claims_rbac(docs: &[Value], namespace: &str) {
     let account = find_kind(docs, "ServiceAccount")["metadata"]["name"]
         .as_str()
         .unwrap();
-    assert_eq!(binding["subjects"][0]["kind"].as_str(), Some("ServiceAccount"));
+    assert_eq!(
+        binding["subjects"][0]["kind"].as_str(),
+        Some("ServiceAccount")
+    );
     assert_eq!(binding["subjects"][0]["name"].as_str(), Some(account));
     assert_eq!(
         binding["subjects"][0]["namespace"].as_str(),

@@ -1,28 +1,5 @@
-//! Priority claims: one admission decision across webhook replicas.
-//!
-//! A [`Reservations`](super::Reservations) table closes the overlap window inside one process.
-//! kube-apiserver calls the webhook through a Service, so two creates at one priority can be
-//! reviewed by two replicas, each with its own table and its own lagging cache. A [`ClaimSet`] is
-//! the rule for the one store all replicas share (the API server): before a replica admits a
-//! CREATE, it claims the priority there for the Tier's name, and a priority claimed by another
-//! name within the TTL is denied. The adapter reads the set, applies [`ClaimSet::take`], and
-//! writes it back on the resourceVersion it read, so of two replicas claiming at once one write
-//! wins and the other re-reads and sees the claim (the [`PriorityClaims`](crate::PriorityClaims)
-//! port).
-//!
-//! Claims are compared across processes, so their times are wall-clock values
-//! ([`SystemTime`], written by whichever replica made the claim and passed in as `now`: this
-//! module reads no clock). Replicas' clocks may differ by less than the TTL minus the time a
-//! create takes to reach every cache (about a second): a claim made on a clock that is behind
-//! looks older elsewhere by that much, and one dated more than a TTL ahead of `now` is dropped
-//! as bogus, so no claim outlives twice its TTL.
-//!
-//! What bounds the set: one claim per priority; a claim that lapsed is dropped at the next
-//! [`take`](ClaimSet::take); and no claim is added while [`ClaimSet::MAX_CLAIMS`] others are
-//! live. Replicas add claims only for CREATEs their own table admitted, at most the priority
-//! limit each (20) within one TTL, so a set written only by tierd holds far fewer.
+//! Priority claims: one admission decision across webhook replicas ([`ClaimSet`]).
 
-use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use super::{Denial, ReservationConfigError, Reservations, Truncated};
@@ -48,26 +25,39 @@ pub enum ClaimChange {
     Changed,
 }
 
-/// The claims of every replica: at most one per priority. Pure; see the [module docs](self).
-#[derive(Clone, PartialEq, Eq)]
+/// The claims of every replica: at most one per priority; pure.
+///
+/// A [`Reservations`](super::Reservations) table closes the overlap window inside one process.
+/// kube-apiserver calls the webhook through a Service, so two creates at one priority can be
+/// reviewed by two replicas, each with its own table and its own lagging cache. A [`ClaimSet`] is
+/// the rule for the one store all replicas share (the API server): before a replica admits a
+/// CREATE, it claims the priority there for the Tier's name, and a priority claimed by another
+/// name within the TTL is denied. The adapter reads the set, applies [`ClaimSet::take`], and
+/// writes it back on the resourceVersion it read, so of two replicas claiming at once one write
+/// wins and the other re-reads and sees the claim (the [`PriorityClaims`](crate::PriorityClaims)
+/// port).
+///
+/// Claims are compared across processes, so their times are wall-clock values
+/// ([`SystemTime`], written by whichever replica made the claim and passed in as `now`: nothing
+/// here reads a clock). Replicas' clocks may differ by less than the TTL minus the time a
+/// create takes to reach every cache (about a second): a claim made on a clock that is behind
+/// looks older elsewhere by that much, and one dated more than a TTL ahead of `now` is dropped
+/// as bogus, so no claim outlives twice its TTL.
+///
+/// What bounds the set: one claim per priority; a claim that lapsed is dropped at the next
+/// [`take`](ClaimSet::take); and no claim is added while [`ClaimSet::MAX_CLAIMS`] others are
+/// live. Replicas add claims only for CREATEs their own table admitted, at most the priority
+/// limit each (20) within one TTL, so a set written only by tierd holds far fewer.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimSet {
     ttl: Duration,
     claims: Vec<Claim>,
 }
 
-impl fmt::Debug for ClaimSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClaimSet")
-            .field("ttl", &self.ttl)
-            .field("claims", &self.claims)
-            .finish()
-    }
-}
-
 impl ClaimSet {
-    /// The most live claims of other Tiers a claim is added beside. Far above what replicas
-    /// make (each adds at most the 20-priority limit within one TTL); it bounds the stored set
-    /// against whatever else wrote it.
+    /// The most live claims of other Tiers a claim is added beside: as many as Antrea has
+    /// priorities (0 to 255). Far above what replicas make (each adds at most the 20-priority
+    /// limit within one TTL); it bounds the stored set against whatever else wrote it.
     pub const MAX_CLAIMS: usize = 256;
 
     /// The set read from the store, claims lasting `ttl`. Of several claims at one priority
