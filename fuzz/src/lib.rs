@@ -60,10 +60,21 @@ struct SentRequest {
     uid: String,
 }
 
+/// The answer of the fixture's webhook (it has no claims port, so it is ready at the first
+/// poll).
+pub fn now<T>(answer: impl std::future::Future<Output = T>) -> T {
+    let mut answer = std::pin::pin!(answer);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match answer.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(value) => value,
+        std::task::Poll::Pending => panic!("a webhook without claims answers at once"),
+    }
+}
+
 /// Reviews `body` and checks the answer: an error (the HTTP 400 path) with a message, or a v1
 /// response review that echoes the request's uid, says why when it denies, and encodes.
 pub fn check_review(body: &[u8]) {
-    let answer = match webhook().review_json(body) {
+    let answer = match now(webhook().review_json(body)) {
         Ok(answer) => answer,
         Err(error) => {
             assert!(!error.to_string().is_empty(), "empty ReviewError message");

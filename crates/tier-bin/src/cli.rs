@@ -333,6 +333,70 @@ pub struct RunArgs {
     /// Self-signed serving certificate, as antrea-controller's.
     #[command(flatten)]
     pub self_signed: Box<SelfSignedArgs>,
+
+    /// Priority claims across the webhook's replicas.
+    #[command(flatten)]
+    pub claims: ClaimArgs,
+}
+
+/// `--priority-claims`: one admission decision per priority across replicas.
+#[derive(Clone, Debug, Args)]
+pub struct ClaimArgs {
+    /// Claim the priority of every Tier CREATE the webhook admits, and of every write of
+    /// tierd's own, in a Lease all replicas share (`tierd-priority-claims` in
+    /// --priority-claims-namespace), so that replicas behind one Service admit one Tier per
+    /// priority. A claim that cannot be made refuses the create retryably (code 503). Needs
+    /// get/update on that Lease and create on Leases there. Off by default: one replica needs
+    /// none.
+    #[arg(long, env = "TIERD_PRIORITY_CLAIMS")]
+    pub priority_claims: bool,
+
+    /// The namespace of the claims' Lease: tierd's own.
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        default_value = "kube-system",
+        env = "POD_NAMESPACE"
+    )]
+    pub priority_claims_namespace: String,
+
+    /// The longest one claim may take, every request included; a claim not made by then
+    /// refuses the create retryably. Above zero and under the claims' 10 s TTL; keep it well
+    /// under the webhook's timeoutSeconds (5 in deploy/).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2s",
+        value_parser = parse_claim_timeout,
+        env = "TIERD_PRIORITY_CLAIMS_TIMEOUT"
+    )]
+    pub priority_claims_timeout: Duration,
+}
+
+impl ClaimArgs {
+    /// The claims' configuration the flags select, written by `holder` (the pod), if on.
+    pub fn config(&self, holder: Option<&str>) -> Option<tier_kube::claims::ClaimsConfig> {
+        self.priority_claims
+            .then(|| tier_kube::claims::ClaimsConfig {
+                deadline: self.priority_claims_timeout,
+                ..tier_kube::claims::ClaimsConfig::new(
+                    &self.priority_claims_namespace,
+                    holder.unwrap_or("tierd"),
+                )
+            })
+    }
+}
+
+/// Parses `--priority-claims-timeout`: above zero, under the claims' TTL.
+fn parse_claim_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    let ttl = tier_core::admission::Reservations::DEFAULT_TTL;
+    if timeout.is_zero() || timeout >= ttl {
+        return Err(format!(
+            "{text} is out of range: give more than 0 s and less than the claims' TTL ({ttl:?})"
+        ));
+    }
+    Ok(timeout)
 }
 
 impl RunArgs {

@@ -5,7 +5,7 @@
 //! In Calico mode tierd has no Tier webhook (Calico's API pins its built-in Tiers and refuses
 //! their deletion itself), so the flags that only configure Antrea's webhook are refused with
 //! exit 2 rather than silently ignored: `--webhook-listen ADDR` (only `--webhook-listen ""` is
-//! accepted), `--self-signed-cert`, `--client-ca`, `--controller-user`, `--feature-gates`
+//! accepted), `--self-signed-cert`, `--client-ca`, `--controller-user`, `--priority-claims`, `--feature-gates`
 //! (Antrea's), and `--tls-cert`/`--tls-key` without `--metrics-auth` (TLS would serve nothing
 //! else). `run` names every refused flag in one message, together with the flags that lack
 //! what they need ([`RunArgs::combination_problems`]), before any request.
@@ -76,6 +76,9 @@ impl ControllerMode for Antrea {
         if let Some(self_signed) = daemon::self_signed(args) {
             builder = builder.self_signed_cert(self_signed);
         }
+        if let Some(claims) = args.claims.config(args.pod_name.as_deref()) {
+            builder = builder.priority_claims(claims);
+        }
         builder
     }
 }
@@ -123,6 +126,9 @@ impl ControllerMode for Calico {
                 "--feature-gates",
                 "--feature-gates (Antrea's feature gates)",
             ));
+        }
+        if args.claims.priority_claims {
+            refused.push(("--priority-claims", "--priority-claims"));
         }
         if !args.metrics_auth {
             match (&args.tls_cert, &args.tls_key) {
@@ -207,6 +213,7 @@ mod tests {
         for flags in [
             &["--webhook-listen", "0.0.0.0:9443"][..],
             &["--controller-user", "me"],
+            &["--priority-claims"],
             &["--tls-cert", "c.pem", "--tls-key", "k.pem"],
             &["--tls-cert", "c", "--tls-key", "k", "--self-signed-cert"],
         ] {

@@ -11,6 +11,9 @@
 //!   the priority limit; nothing a review says removes or replaces a reservation, so a caller
 //!   that forges reviews (anyone who can reach an unauthenticated webhook) can delay other
 //!   users' creates by at most the TTL after it stops, and never a desired Tier's own create.
+//! - [`ClaimSet`]: the same window across webhook replicas, each with its own table: the rule of
+//!   the priority claims every replica makes in the store they share (the API server), through
+//!   the [`PriorityClaims`](crate::PriorityClaims) port.
 //! - A desired (system) Tier's priority belongs to it ([`AdmissionPolicy::desire`]): while the
 //!   cache does not show that Tier there, a create of another Tier at that priority is denied.
 //! - [`Truncated`]: the one way attacker-controlled text (names, users, messages) is shown in a
@@ -39,6 +42,10 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::spec::{DesiredSet, ValidationRules, check_dns1123_subdomain};
+
+mod claims;
+
+pub use claims::{Claim, ClaimChange, ClaimSet};
 
 /// Who may do what to Tiers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -408,6 +415,15 @@ impl Reservations {
         }
     }
 
+    /// Drops the reservation a CREATE review of `name` made at `priority`, if it still holds
+    /// it: the review was denied after all (another replica's claim, or the claim could not be
+    /// made), so the priority must not stay held here for a create that was refused. Never
+    /// drops a reservation of tierd's own writer, nor one of another name.
+    pub fn release(&mut self, name: &str, priority: i64) {
+        self.held
+            .retain(|r| !(r.holder == Holder::Review && r.name == name && r.priority == priority));
+    }
+
     /// Drops the reservations that lapsed at `now` and those the cache (`existing`) shows.
     pub fn prune<'a>(&mut self, now: Instant, existing: impl IntoIterator<Item = (&'a str, i64)>) {
         let existing: Vec<(&str, i64)> = existing.into_iter().collect();
@@ -746,6 +762,25 @@ mod tests {
 
     fn tierd() -> AdmissionPolicy {
         policy().desire(&DesiredSet::antrea())
+    }
+
+    #[test]
+    fn a_release_drops_only_the_reviews_own_reservation() {
+        let p = policy();
+        let t0 = Instant::now();
+        let mut table = ten_seconds();
+        assert_eq!(table.review(&p, &create("a", 10), [], t0), Ok(()));
+        table.reserve("w", 11, t0);
+        // Neither another name nor another priority, nor the writer's entry, goes.
+        table.release("b", 10);
+        table.release("a", 12);
+        table.release("w", 11);
+        assert_eq!(table.held().len(), 2);
+        table.release("a", 10);
+        assert_eq!(table.held().len(), 1);
+        assert_eq!(table.held()[0].name, "w");
+        // The priority is free again for another name at once.
+        assert_eq!(table.review(&p, &create("b", 10), [], t0), Ok(()));
     }
 
     #[test]

@@ -116,3 +116,16 @@ impl WriteError {
         self
     }
 }
+
+/// Why a [`PriorityClaims`](crate::PriorityClaims) port did not claim a priority.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// Another Tier's live claim holds the priority (or the claims are at their bound): the
+    /// create must be denied, with this message.
+    #[error(transparent)]
+    Taken(#[from] crate::admission::Denial),
+    /// The shared store failed or did not answer in time, so whether the priority is free is
+    /// unknown; classified as a write to the store (transient, forbidden, ...).
+    #[error("claiming the priority failed: {0}")]
+    Unavailable(WriteError),
+}

@@ -18,7 +18,8 @@
 //! - [`Fleet`]: every machine and all cross-Tier logic (snapshot fan-out, blocker prediction,
 //!   fleet-wide holds and their liveness bound, the initialized latch, seeds, events),
 //!   synchronous and steppable in tests.
-//! - [`TierLister`], [`TierWriter`], [`Clock`]: the async ports a backend implements.
+//! - [`TierLister`], [`TierWriter`], [`Clock`]: the async ports a backend implements;
+//!   [`PriorityClaims`], the port of a webhook with several replicas.
 //! - [`Driver`]: the thin async loop that runs a fleet against the ports.
 //! - [`Status`] and [`StatusHandle`]: what is published, and "system Tiers initialized".
 
@@ -41,7 +42,7 @@ pub use antrea::{Antrea, ObservedTier, in_sync, predict};
 pub use backoff::Backoff;
 pub use controller::{CachedTier, Controller, DesiredTier};
 pub use driver::{Driver, DriverConfig, EventReceiver, Mode, Stopped, entropy_seed};
-pub use error::{ErrorClass, WriteError};
+pub use error::{ClaimError, ErrorClass, WriteError};
 pub use fleet::{
     Fleet, FleetConfig, HoldCause, LONE_FAILURES, OUTAGE_RELEASE, PROBE_RELEASE, TierId,
 };
@@ -52,7 +53,7 @@ pub use machine::{
 pub use observe::{
     Decision, Deletions, Drift, FieldWriter, Generation, Observed, Snapshot, decide,
 };
-pub use ports::{Clock, FixedLister, TierLister, TierWriter};
+pub use ports::{Clock, FixedLister, PriorityClaims, TierLister, TierWriter};
 #[cfg(any(test, feature = "mock"))]
 pub use ports::{MockTierLister, MockTierWriter};
 pub use spec::{

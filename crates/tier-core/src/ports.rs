@@ -1,7 +1,9 @@
 //! The ports: what the core needs from the outside world, as async traits named by capability.
 //!
 //! A backend implements [`TierLister`] (a cache of observed Tiers) and [`TierWriter`] (the API
-//! calls); a runtime implements [`Clock`]. The core never does I/O or reads a clock itself.
+//! calls); a runtime implements [`Clock`]. A webhook with several replicas claims priorities
+//! through [`PriorityClaims`] (the store every replica shares). The core never does I/O or reads
+//! a clock itself.
 //! [`FixedLister`] is a lister whose view is set by hand, for tests and fixed reviews; with the
 //! `mock` feature, mockall generates `MockTierLister` and `MockTierWriter`.
 
@@ -11,7 +13,7 @@ use async_trait::async_trait;
 
 use crate::antrea::Antrea;
 use crate::controller::Controller;
-use crate::error::WriteError;
+use crate::error::{ClaimError, WriteError};
 use crate::observe::{Generation, Snapshot};
 
 /// A cache of the observed Tier set.
@@ -76,6 +78,30 @@ mockall::mock! {
         async fn create(&self, tier: &crate::TierSpec) -> Result<(), WriteError>;
         async fn update(&self, tier: &crate::TierSpec, resource_version: &str) -> Result<(), WriteError>;
     }
+}
+
+/// Claims Tier priorities in a store that every webhook replica shares (tierd's: a Lease on the
+/// API server), so that replicas reviewing Tier creates behind one Service admit at most one
+/// Tier per priority within the caches' lag. The rule is
+/// [`ClaimSet::take`](crate::admission::ClaimSet::take); an implementation reads the set,
+/// applies it, and writes it back only if nobody wrote since it read (a resourceVersion
+/// precondition), re-reading when someone did.
+///
+/// # Guarantees an implementation must give
+///
+/// - `Ok` only once the claim is stored (or a fresh claim of the same Tier was read there): no
+///   other Tier's claim at the priority can be taken until it lapses.
+/// - An answer within a deadline of its own, shorter than the webhook's `timeoutSeconds`; a
+///   claim it could not make in time is [`ClaimError::Unavailable`], never `Ok`.
+#[async_trait]
+pub trait PriorityClaims: Send + Sync {
+    /// Claims `priority` for the Tier `tier` for the claims' TTL.
+    ///
+    /// # Errors
+    ///
+    /// [`ClaimError::Taken`] when another Tier holds a live claim there (deny the create);
+    /// [`ClaimError::Unavailable`] when the store could not be read or written in time.
+    async fn claim(&self, tier: &str, priority: i64) -> Result<(), ClaimError>;
 }
 
 /// Time, as a port: real in production, virtual in tests and simulations.

@@ -38,6 +38,9 @@
 //!   outage said once, with a reminder at most every minute and its end.
 //! - [`lease`]: leader election on a `coordination.k8s.io/v1` Lease by client-go's rules, with
 //!   fencing ([`Elector`](lease::Elector)): the write permission the driver's gate takes.
+//! - [`claims`]: [`LeaseClaims`](claims::LeaseClaims), the
+//!   [`PriorityClaims`](tier_core::PriorityClaims) port on one Lease, so that several replicas of
+//!   the webhook admit one Tier per priority.
 //!
 //! One watch, one store: the writer is made from the lister (it updates from the lister's store),
 //! and a lister can sit on an embedder's own reflector
@@ -86,6 +89,7 @@ pub mod auth;
 pub mod backoff;
 pub mod calico;
 pub mod certs;
+pub mod claims;
 pub mod classify;
 pub mod client;
 pub mod crd;

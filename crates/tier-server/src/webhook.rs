@@ -35,10 +35,22 @@
 //! one priority through one tierd cannot both pass. UPDATE and DELETE reviews add nothing to the
 //! table and read none of it; they only drop what the cache shows (a Tier created, then deleted
 //! or moved, releases its priority at once rather than at the TTL). tierd's own successful writes (creates and
-//! priority updates) go into the same table at once ([`ReservingWriter`]). The window that
-//! remains: with several webhook replicas, each has its own table, and two creates reviewed by
-//! *different* replicas within one cache-propagation delay (typically milliseconds to a second)
-//! can still both pass, as with Antrea.
+//! priority updates) go into the same table at once ([`ReservingWriter`]). With several webhook
+//! replicas, each has its own table, and two creates reviewed by *different* replicas within one
+//! cache-propagation delay (typically milliseconds to a second) would both pass, as with Antrea.
+//!
+//! # Claims across replicas
+//!
+//! With [`Webhook::claims`], a CREATE that this replica's table admits then claims its priority
+//! through a [`PriorityClaims`] port, the store every replica shares (tierd's: a Lease on the API
+//! server, `tier_kube::claims`). Another Tier's live claim denies it (a rule denial: `tier b
+//! priority 10 is claimed by a create of Tier a admitted 120 ms ago by a tierd replica, not yet
+//! visible`); a claim that cannot be made (the store failed, or did not answer within the port's
+//! deadline) denies it **retryably** (code 503, `ServiceUnavailable`, retry after 1 s): the
+//! webhook fails closed rather than fall back to its own table, since the table cannot see the
+//! other replicas. Either way the review's own reservation is released. Only CREATE reviews
+//! claim, and not dry runs (one is reviewed against this replica's cache and table only). With
+//! [`ReservingWriter::claiming`], tierd's own writes claim the same way before they are sent.
 //!
 //! # Callers that forge reviews
 //!
@@ -93,7 +105,7 @@ use tier_core::admission::{
     ReservationConfigError, Reservations, Truncated,
 };
 use tier_core::check_dns1123_subdomain;
-use tier_core::{TierLister, TierSpec, TierWriter, WriteError};
+use tier_core::{ClaimError, PriorityClaims, TierLister, TierSpec, TierWriter, WriteError};
 
 use crate::readiness::{ACNP_CACHE_SYNCED, ANNP_CACHE_SYNCED, Gate, Readiness, TIER_CACHE_SYNCED};
 
@@ -316,6 +328,12 @@ impl ReservationTable {
         table.review(policy, request, existing, now)
     }
 
+    /// Drops the reservation an admitted CREATE review of `name` made at `priority` (its claim
+    /// failed after all).
+    fn release(&self, name: &str, priority: i64) {
+        self.lock().release(name, priority);
+    }
+
     /// Drops the reservations that lapsed and those `tiers` (the cache) shows, without copying
     /// the cache (see [`Reservations::settle`]). UPDATE and DELETE reviews call it: a Tier
     /// created and then deleted or moved must not keep its priority reserved until the TTL.
@@ -375,29 +393,70 @@ impl LogBudget {
 
 /// A [`TierWriter`] decorator that records every successful create or update in a
 /// [`ReservationTable`], so this process's webhook treats the priority as taken before its
-/// cache shows the write.
-#[derive(Clone, Debug)]
+/// cache shows the write; with [`claiming`](Self::claiming), each write first claims its
+/// priority across replicas, as the webhook's CREATE reviews do.
+#[derive(Clone)]
 pub struct ReservingWriter<W> {
     inner: W,
     table: ReservationTable,
+    claims: Option<Arc<dyn PriorityClaims>>,
+}
+
+impl<W: fmt::Debug> fmt::Debug for ReservingWriter<W> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReservingWriter")
+            .field("inner", &self.inner)
+            .field("table", &self.table)
+            .field("claiming", &self.claims.is_some())
+            .finish()
+    }
 }
 
 impl<W> ReservingWriter<W> {
     /// Wraps `inner`, recording into `table`.
     pub fn new(inner: W, table: ReservationTable) -> Self {
-        Self { inner, table }
+        Self {
+            inner,
+            table,
+            claims: None,
+        }
+    }
+
+    /// Claims each write's priority through `claims` before sending it (share the port with
+    /// the webhook's [`Webhook::claims`]). Another Tier's claim fails the write as
+    /// [`Denied`](tier_core::ErrorClass::Denied) without sending it (the core retries after a
+    /// backoff, and the claim lapses within its TTL); a claim that could not be made fails it
+    /// with the store's error class (transient, forbidden, ...).
+    pub fn claiming(mut self, claims: Arc<dyn PriorityClaims>) -> Self {
+        self.claims = Some(claims);
+        self
+    }
+
+    async fn claim(&self, tier: &TierSpec) -> Result<(), WriteError> {
+        let Some(claims) = &self.claims else {
+            return Ok(());
+        };
+        claims
+            .claim(&tier.name, tier.priority)
+            .await
+            .map_err(|error| match error {
+                ClaimError::Taken(Denial(message)) => WriteError::denied(message),
+                ClaimError::Unavailable(error) => error,
+            })
     }
 }
 
 #[async_trait]
 impl<W: TierWriter> TierWriter for ReservingWriter<W> {
     async fn create(&self, tier: &TierSpec) -> Result<(), WriteError> {
+        self.claim(tier).await?;
         self.inner.create(tier).await?;
         self.table.reserve(&tier.name, tier.priority);
         Ok(())
     }
 
     async fn update(&self, tier: &TierSpec, resource_version: &str) -> Result<(), WriteError> {
+        self.claim(tier).await?;
         self.inner.update(tier, resource_version).await?;
         self.table.reserve(&tier.name, tier.priority);
         Ok(())
@@ -712,6 +771,7 @@ pub struct Webhook {
     gate: Gate,
     delete_gate: Gate,
     identity_pending: bool,
+    claims: Option<Arc<dyn PriorityClaims>>,
 }
 
 impl fmt::Debug for Webhook {
@@ -720,6 +780,7 @@ impl fmt::Debug for Webhook {
             .field("policy", &self.policy)
             .field("gate", &self.gate)
             .field("delete_gate", &self.delete_gate)
+            .field("claiming", &self.claims.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -751,8 +812,13 @@ impl Refusal {
 
     /// A cache is not synced: transient, retry after a second.
     fn not_synced(message: &str) -> Self {
+        Self::unavailable(message.to_owned())
+    }
+
+    /// Something the review needs is unavailable (a cache, a claim): retry after a second.
+    fn unavailable(message: String) -> Self {
         Self {
-            message: message.to_owned(),
+            message,
             reason: "ServiceUnavailable",
             code: 503,
             retry_after_seconds: 1,
@@ -827,6 +893,7 @@ impl Webhook {
             gate: readiness.gate(Self::REQUIRES),
             delete_gate: readiness.gate(Self::DELETE_REQUIRES),
             identity_pending: false,
+            claims: None,
         }
     }
 
@@ -848,6 +915,14 @@ impl Webhook {
     /// writer); the log budget reads its clock too.
     pub fn reservations(mut self, table: ReservationTable) -> Self {
         self.reservations = table;
+        self
+    }
+
+    /// Claims the priority of every CREATE this replica admits through `claims`, the store all
+    /// replicas share, before allowing it (see the [module docs](self#claims-across-replicas)).
+    /// Give tierd's own writer the same port ([`ReservingWriter::claiming`]).
+    pub fn claims(mut self, claims: Arc<dyn PriorityClaims>) -> Self {
+        self.claims = Some(claims);
         self
     }
 
@@ -878,8 +953,11 @@ impl Webhook {
     ///
     /// [`ReviewError`] when the body is not an `admission.k8s.io/v1` AdmissionReview with a
     /// request whose uid is at most [`MAX_UID_BYTES`].
-    pub fn review_json(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
-        let (uid, verdict) = self.decide(body)?;
+    pub async fn review_json(
+        &self,
+        body: &[u8],
+    ) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
+        let (uid, verdict) = self.decide(body).await?;
         let mut response = AdmissionResponse::invalid("");
         response.uid = uid.into_owned();
         match verdict {
@@ -899,8 +977,8 @@ impl Webhook {
     /// review (the review [`review_json`](Self::review_json) returns, encoded as kube-core
     /// encodes it, but written straight from borrowed fields), or `400` with the
     /// [`ReviewError`]. This is the route's handler.
-    pub fn respond(&self, body: &[u8]) -> Response {
-        let (uid, verdict) = match self.decide(body) {
+    pub async fn respond(&self, body: &[u8]) -> Response {
+        let (uid, verdict) = match self.decide(body).await {
             Ok(decided) => decided,
             Err(error) => return error.into_response(),
         };
@@ -927,15 +1005,15 @@ impl Webhook {
     /// Decodes and reviews `body`: the request's uid (borrowed from the body when it can be)
     /// and the verdict, logged as the budget allows. A body that is no reviewable review is
     /// logged (within the budget) and returned as the error.
-    fn decide<'b>(&self, body: &'b [u8]) -> Result<(Cow<'b, str>, Verdict), ReviewError> {
-        let result = self.decode_and_review(body);
+    async fn decide<'b>(&self, body: &'b [u8]) -> Result<(Cow<'b, str>, Verdict), ReviewError> {
+        let result = self.decode_and_review(body).await;
         if let Err(error) = &result {
             self.limited(|| tracing::warn!(error = %error, "refused a malformed admission review"));
         }
         result
     }
 
-    fn decode_and_review<'b>(
+    async fn decode_and_review<'b>(
         &self,
         body: &'b [u8],
     ) -> Result<(Cow<'b, str>, Verdict), ReviewError> {
@@ -960,7 +1038,10 @@ impl Webhook {
                 len: request.uid.len(),
             });
         }
-        let verdict = self.verdict(&request);
+        let mut verdict = self.verdict(&request);
+        if let (Verdict::Allow, Some((claims, priority))) = (&verdict, self.claim_of(&request)) {
+            verdict = self.claim(claims, request.tier_name(), priority).await;
+        }
         match &verdict {
             Verdict::Allow => {
                 tracing::debug!(
@@ -1007,6 +1088,45 @@ impl Webhook {
                 log();
             }
         }
+    }
+
+    /// The claims port and the priority, when `request` is a Tier CREATE that must claim once
+    /// this replica admits it (not a dry run).
+    fn claim_of(&self, request: &RequestIn<'_>) -> Option<(&Arc<dyn PriorityClaims>, i64)> {
+        let claims = self.claims.as_ref()?;
+        let claimed = request.operation == OperationIn::Create
+            && !request.dry_run.unwrap_or(false)
+            && request.kind.group == "crd.antrea.io"
+            && request.kind.kind == "Tier";
+        let priority = priority_of(request.object.as_ref(), "object", "").ok()?;
+        claimed.then_some((claims, priority))
+    }
+
+    /// Claims `priority` for `name` (a CREATE this replica admitted): allowed once claimed;
+    /// denied when another Tier holds it, retryably when the claim could not be made. A denied
+    /// review releases the reservation it made here.
+    async fn claim(&self, claims: &Arc<dyn PriorityClaims>, name: &str, priority: i64) -> Verdict {
+        let refusal = match claims.claim(name, priority).await {
+            Ok(()) => return Verdict::Allow,
+            Err(ClaimError::Taken(denial)) => Refusal::rule(denial),
+            Err(ClaimError::Unavailable(error)) => {
+                tracing::warn!(
+                    name = %Truncated::new(name),
+                    priority,
+                    %error,
+                    "could not claim a Tier's priority across replicas; the create is refused \
+                     (retryably) until the claim can be made"
+                );
+                Refusal::unavailable(format!(
+                    "tier {name} priority {priority} could not be claimed across tierd \
+                     replicas, so whether another replica admitted a Tier there is unknown; \
+                     retry shortly ({})",
+                    Truncated::with_max(&error.message, MAX_DETAIL_BYTES)
+                ))
+            }
+        };
+        self.reservations.release(name, priority);
+        Verdict::Deny(refusal)
     }
 
     fn verdict(&self, request: &RequestIn<'_>) -> Verdict {
@@ -1121,7 +1241,7 @@ fn priority_of(object: Option<&TierIn<'_>>, field: &str, name: &str) -> Result<i
 
 async fn handle(State(webhook): State<Arc<Webhook>>, body: Body) -> Response {
     match read_review(body).await {
-        Ok(body) => webhook.respond(&body),
+        Ok(body) => webhook.respond(&body).await,
         Err(refused) => refused,
     }
 }

@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use futures::FutureExt;
+
 use serde_json::{Value, json};
 use tier_core::admission::AdmissionPolicy;
 use tier_core::{FixedLister, ObservedTier, Snapshot, TierLister, ValidationRules};
@@ -131,6 +133,8 @@ fn actual_reason(case: &Case) -> String {
     });
     let review = webhook(case)
         .review_json(body.to_string().as_bytes())
+        .now_or_never()
+        .expect("a webhook without claims answers at once")
         .unwrap_or_else(|e| panic!("{}: refused: {e}", case.name));
     let response = review.response.expect("a response");
     assert_eq!(response.uid, case.name);

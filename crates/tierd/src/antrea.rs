@@ -4,7 +4,9 @@
 //!
 //! There is no way to get a webhook without the policy caches (which would refuse every
 //! DELETE) or without the writer's reservations (which would let two creates at one priority
-//! pass): [`Backend::start`] makes all three from one table.
+//! pass): [`Backend::start`] makes all three from one table. With priority claims
+//! ([`Builder::priority_claims`](crate::Builder::priority_claims)), the webhook and the writer
+//! share one [`LeaseClaims`] too, so that several replicas admit one Tier per priority.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,8 +14,9 @@ use std::sync::Arc;
 use axum::Router;
 use kube::runtime::watcher;
 use tier_core::admission::AdmissionPolicy;
-use tier_core::{Antrea, DesiredSet, TierLister, ValidationRules};
+use tier_core::{Antrea, DesiredSet, PriorityClaims, TierLister, ValidationRules};
 use tier_kube::backoff::RetryBackoff;
+use tier_kube::claims::{ClaimsConfig, LeaseClaims};
 use tier_kube::crd::Tier;
 use tier_kube::identity::{ControllerIdentity, IdentityState};
 use tier_kube::lister::KubeLister;
@@ -37,6 +40,8 @@ pub struct AntreaSettings {
     pub(crate) rules: ValidationRules,
     /// The self-signed serving certificate to keep, if any.
     pub(crate) self_signed: Option<SelfSigned>,
+    /// Where CREATE reviews and the writer claim priorities across replicas, if they do.
+    pub(crate) claims: Option<ClaimsConfig>,
 }
 
 /// Antrea's running parts: the webhook and what it reads.
@@ -45,6 +50,7 @@ pub struct AntreaParts {
     annps: PolicyCache<NetworkPolicies>,
     identity: ControllerIdentity,
     reservations: ReservationTable,
+    claims: Option<Arc<dyn PriorityClaims>>,
     rules: ValidationRules,
     self_signed: Option<SelfSigned>,
     webhook: Option<admission::IdentityGated>,
@@ -99,11 +105,25 @@ impl Backend for Antrea {
             }
             None => ControllerIdentity::discover(client.clone(), call_timeout)?,
         };
+        let claims = match settings.claims {
+            Some(config) => {
+                tracing::info!(
+                    namespace = %config.namespace,
+                    lease = %config.lease,
+                    "Tier creates claim their priority in a Lease shared by every replica"
+                );
+                let claims: Arc<dyn PriorityClaims> =
+                    Arc::new(LeaseClaims::new(client.clone(), config)?);
+                Some(claims)
+            }
+            None => None,
+        };
         Ok(AntreaParts {
             acnps,
             annps,
             identity,
             reservations: ReservationTable::default(),
+            claims,
             rules: settings.rules,
             self_signed: settings.self_signed,
             webhook: None,
@@ -112,7 +132,11 @@ impl Backend for Antrea {
     }
 
     fn writer(parts: &AntreaParts, writer: KubeWriter<Tier>) -> Self::Writer {
-        ReservingWriter::new(writer, parts.reservations.clone())
+        let writer = ReservingWriter::new(writer, parts.reservations.clone());
+        match &parts.claims {
+            Some(claims) => writer.claiming(claims.clone()),
+            None => writer,
+        }
     }
 
     fn serve(parts: &mut AntreaParts, serving: Serving<'_, Self>) {
@@ -154,10 +178,15 @@ impl Backend for Antrea {
         };
         let gates = readiness.clone();
         let reservations = parts.reservations.clone();
+        let claims = parts.claims.clone();
         let make: admission::MakeWebhook = Arc::new(move |user: &str| {
-            Webhook::new(cache.clone(), policy_of(user), &gates)
+            let webhook = Webhook::new(cache.clone(), policy_of(user), &gates)
                 .policy_references(references.clone())
-                .reservations(reservations.clone())
+                .reservations(reservations.clone());
+            match &claims {
+                Some(claims) => webhook.claims(claims.clone()),
+                None => webhook,
+            }
         });
         parts.webhook = Some(admission::IdentityGated::new(parts.identity.clone(), make));
     }

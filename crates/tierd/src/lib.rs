@@ -24,6 +24,7 @@
 //! | Events | published as Kubernetes Events | set the reporting instance, or turn them off ([`Builder::events`]) |
 //! | metrics authentication | off (bind `/metrics` to localhost) | turn it on ([`Builder::metrics_auth`]) |
 //! | the self-signed certificate | none | keep one ([`Builder::self_signed_cert`]) |
+//! | priority claims across replicas | none: each replica's own reservation table | claim in a Lease ([`Builder::priority_claims`]) |
 //! | readiness checks | all of tierd's; `system-tiers` informational | require `system-tiers` ([`Builder::ready_requires_tiers`]), register its own on [`Tierd::readiness`] |
 //! | who writes Tiers | this process, always | elect one writer by tierd's Lease, or pass its own leadership signal ([`Builder::leadership`], [`Leadership`]) |
 //!
@@ -172,6 +173,9 @@ pub enum StartError {
     /// range; nothing started.
     #[error("leader election: {0}")]
     Election(#[from] ElectionError),
+    /// The priority claims' configuration ([`Builder::priority_claims`]) is out of range.
+    #[error(transparent)]
+    Claims(#[from] tier_kube::claims::ClaimsConfigError),
 }
 
 /// Who decides that this replica may write Tiers ([`Builder::leadership`]). Whatever the
@@ -252,6 +256,15 @@ impl Builder<Antrea> {
     /// configuration's `caBundle`; the webhook serves once [`Tierd::certificate_settled`].
     pub fn self_signed_cert(mut self, self_signed: SelfSigned) -> Self {
         self.settings.self_signed = Some(self_signed);
+        self
+    }
+
+    /// Claim the priority of every admitted CREATE review, and of every write of tierd's own,
+    /// in the Lease `config` names ([`tier_kube::claims`]), so that several replicas of the
+    /// webhook admit one Tier per priority. Off by default (one replica needs no claims); a
+    /// claim that cannot be made refuses the create retryably.
+    pub fn priority_claims(mut self, config: tier_kube::claims::ClaimsConfig) -> Self {
+        self.settings.claims = Some(config);
         self
     }
 }

@@ -126,12 +126,22 @@ fn webhook() -> (Webhook, Readiness) {
     (webhook, readiness)
 }
 
+/// The answer of a webhook without claims, which is ready at its first poll.
+fn answer_now<T>(answer: impl std::future::Future<Output = T>) -> Option<T> {
+    let mut answer = std::pin::pin!(answer);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match answer.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(value) => Some(value),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// CPU time of the handler alone, µs per review: `Webhook::respond` (decode, review, encode).
 fn handler_alone(body: &str, n: usize) -> f64 {
     let (webhook, _readiness) = webhook();
     let started = Instant::now();
     for _ in 0..n {
-        std::hint::black_box(webhook.respond(body.as_bytes()));
+        std::hint::black_box(answer_now(webhook.respond(body.as_bytes())));
     }
     started.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64
 }

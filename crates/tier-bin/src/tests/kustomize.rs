@@ -227,6 +227,83 @@ fn self_signed_rbac(docs: &[Value]) {
     );
 }
 
+/// Whether a rule's `values` covers `want` (by name or `*`).
+fn covers(values: &[&str], want: &str) -> bool {
+    values.iter().any(|v| *v == want || *v == "*")
+}
+
+/// No ClusterRole grants anything on Leases (tierd's Leases live in its namespace), and no Role
+/// grants `update`, `patch` or `delete` on Leases other than by name: in kube-system that would
+/// let tierd take over kube-scheduler's or kube-controller-manager's leader Leases.
+fn leases_only_by_name(docs: &[Value]) {
+    for doc in docs {
+        let kind = doc["kind"].as_str();
+        if !matches!(kind, Some("Role" | "ClusterRole")) {
+            continue;
+        }
+        for rule in doc["rules"].as_sequence().into_iter().flatten() {
+            let leases = covers(&strings(&rule["apiGroups"]), "coordination.k8s.io")
+                && covers(&strings(&rule["resources"]), "leases");
+            if !leases {
+                continue;
+            }
+            assert_ne!(
+                kind,
+                Some("ClusterRole"),
+                "Leases in a ClusterRole: {doc:?}"
+            );
+            let verbs = strings(&rule["verbs"]);
+            let changes = ["update", "patch", "delete", "deletecollection"]
+                .iter()
+                .any(|v| covers(&verbs, v));
+            assert!(
+                !changes || !strings(&rule["resourceNames"]).is_empty(),
+                "changes every Lease of the namespace: {rule:?}"
+            );
+        }
+    }
+}
+
+/// `--priority-claims`: on, and its access exactly `get` and `update` on the claims' Lease (the
+/// name the code uses) and `create` on Leases, in tierd's namespace, bound to its service
+/// account.
+fn priority_claims_rbac(docs: &[Value], namespace: &str) {
+    leases_only_by_name(docs);
+    let container = container(docs);
+    assert_eq!(env(container, "TIERD_PRIORITY_CLAIMS"), Some("true"));
+    let role = get(docs, "Role", "tierd-priority-claims");
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some(namespace));
+    let rules = role["rules"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    for rule in rules {
+        assert_eq!(strings(&rule["apiGroups"]), ["coordination.k8s.io"]);
+        assert_eq!(strings(&rule["resources"]), ["leases"]);
+    }
+    assert_eq!(
+        strings(&rules[0]["resourceNames"]),
+        [tier_kube::claims::DEFAULT_LEASE]
+    );
+    assert_eq!(strings(&rules[0]["verbs"]), ["get", "update"]);
+    assert!(rules[1]["resourceNames"].is_null());
+    assert_eq!(strings(&rules[1]["verbs"]), ["create"]);
+    let binding = get(docs, "RoleBinding", "tierd-priority-claims");
+    assert_eq!(binding["metadata"]["namespace"].as_str(), Some(namespace));
+    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let account = find_kind(docs, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        binding["subjects"][0]["kind"].as_str(),
+        Some("ServiceAccount")
+    );
+    assert_eq!(binding["subjects"][0]["name"].as_str(), Some(account));
+    assert_eq!(
+        binding["subjects"][0]["namespace"].as_str(),
+        Some(namespace)
+    );
+}
+
 /// The ValidatingAdmissionPolicy and its binding: tierd's service account may change only the
 /// `caBundle` of its own webhook configuration.
 fn ca_bundle_only_policy(docs: &[Value]) {
@@ -434,6 +511,7 @@ fn standalone_installs_the_crd_the_webhook_and_a_self_signed_certificate() {
     self_signed_rbac(&docs);
     ca_bundle_only_policy(&docs);
     leader_election(&docs, "kube-system");
+    priority_claims_rbac(&docs, "kube-system");
     let webhook_role = get(&docs, "ClusterRole", "tierd-webhook-ca");
     assert_eq!(
         webhook_role["rules"][0]["resourceNames"][0].as_str(),
@@ -472,7 +550,11 @@ fn beside_antrea_installs_no_crd_no_webhook_and_ensures_the_organisations_tiers(
         "{kinds:?}"
     );
     assert!(find(&docs, "ClusterRole", "tierd-webhook-ca").is_none());
+    // Antrea's webhook reviews Tiers here and reads no claims: none are made, no Lease access.
+    leases_only_by_name(&docs);
+    assert!(find(&docs, "Role", "tierd-priority-claims").is_none());
     let container = container(&docs);
+    assert_eq!(env(container, "TIERD_PRIORITY_CLAIMS"), None);
     assert_eq!(env(container, "TIERD_WEBHOOK_CONFIGURATION"), Some(""));
     let tiers_path = env(container, "TIERD_TIERS").unwrap();
     let mount = container["volumeMounts"]
@@ -583,6 +665,7 @@ fn namespace_and_image_are_the_usual_kustomize_knobs() {
     self_signed_rbac(&docs);
     ca_bundle_only_policy(&docs);
     leader_election(&docs, "tierd-system");
+    priority_claims_rbac(&docs, "tierd-system");
     let container = container(&docs);
     assert_eq!(
         container["image"].as_str(),

@@ -18,7 +18,7 @@ use tier_server::server::Routes;
 use tier_server::webhook::{NOT_SYNCED, PATH, POLICIES_NOT_SYNCED};
 use tier_server::webhook::{PolicyReferences, ReservationTable, ReservingWriter, Webhook};
 
-use crate::common::{Running, observed, post, system_tiers};
+use crate::common::{Running, now, observed, post, system_tiers};
 
 const CONTROLLER: &str = "system:serviceaccount:kube-system:tierd";
 
@@ -759,7 +759,7 @@ async fn the_table_stays_bounded_under_100k_distinct_forged_names() {
             .replace("NAME", &name)
             .replace("12345", &priority.to_string())
             .replace("54321", &(priority + 1).to_string());
-        let _ = f.webhook.review_json(body.as_bytes()).unwrap();
+        let _ = now(f.webhook.review_json(body.as_bytes())).unwrap();
         if i % 1000 == 0 {
             let held = f.reservations.held().len();
             assert!(held <= 20, "{held} reservations after {i} forged reviews");
@@ -814,7 +814,7 @@ async fn a_huge_name_costs_a_bounded_log_line_and_response() {
     cases.push(body);
     for body in cases {
         let text = body.to_string();
-        let (answer, logged) = logs_of(|| f.webhook.review_json(text.as_bytes()));
+        let (answer, logged) = logs_of(|| now(f.webhook.review_json(text.as_bytes())));
         let response = match answer {
             Ok(review) => serde_json::to_string(&review).unwrap(),
             Err(error) => error.to_string(),
@@ -843,14 +843,14 @@ async fn denials_are_logged_at_a_bounded_rate_with_a_count_of_the_rest() {
     let deny = |i: usize| create(&format!("u{i}"), "mine", 254).to_string();
     let (_, logged) = logs_of(|| {
         for i in 0..1000 {
-            f.webhook.review_json(deny(i).as_bytes()).unwrap();
+            now(f.webhook.review_json(deny(i).as_bytes())).unwrap();
         }
     });
     assert_eq!(logged.matches(" denied").count(), 20, "{logged}");
     assert!(!logged.contains("not logged"), "{logged}");
     // A second later (virtual time): one more line, saying how many were left out.
     f.advance(Duration::from_secs(1));
-    let (_, logged) = logs_of(|| f.webhook.review_json(deny(1000).as_bytes()).unwrap());
+    let (_, logged) = logs_of(|| now(f.webhook.review_json(deny(1000).as_bytes())).unwrap());
     assert_eq!(logged.matches(" denied").count(), 1, "{logged}");
     assert!(
         logged.contains("980 more admission denials and refusals were not logged"),

@@ -76,11 +76,11 @@ impl IdentityGated {
     /// Reviews one AdmissionReview body: with the full policy once the identity is known,
     /// before that with the webhook that refuses priority changes as pending.
     #[cfg(test)]
-    pub(crate) fn review_json(
+    pub(crate) async fn review_json(
         &self,
         body: &[u8],
     ) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
-        self.webhook().review_json(body)
+        self.webhook().review_json(body).await
     }
 
     /// The webhook reviewing now: the full one once the identity is known, else the pending one.
@@ -91,7 +91,7 @@ impl IdentityGated {
 
 async fn handle(State(gated): State<Arc<IdentityGated>>, body: Body) -> Response {
     match read_review(body).await {
-        Ok(body) => gated.webhook().respond(&body),
+        Ok(body) => gated.webhook().respond(&body).await,
         Err(refused) => refused,
     }
 }

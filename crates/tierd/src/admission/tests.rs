@@ -79,8 +79,8 @@ fn gated(identity: ControllerIdentity) -> IdentityGated {
     )
 }
 
-fn answer(webhook: &IdentityGated, body: &[u8]) -> (bool, i32, String) {
-    let review = webhook.review_json(body).unwrap();
+async fn answer(webhook: &IdentityGated, body: &[u8]) -> (bool, i32, String) {
+    let review = webhook.review_json(body).await.unwrap();
     let response = review.response.unwrap();
     (
         response.allowed,
@@ -108,17 +108,17 @@ async fn updates_wait_for_the_identity_and_nothing_else_does() {
     let webhook = gated(identity);
     // An UPDATE moving a Tier is refused retryably while the identity is unknown, even by
     // tierd's own user.
-    let (allowed, code, message) = answer(&webhook, &review("UPDATE", Some(200), 150, TIERD));
+    let (allowed, code, message) = answer(&webhook, &review("UPDATE", Some(200), 150, TIERD)).await;
     assert!(!allowed);
     assert_eq!(code, 503);
     assert_eq!(message, IDENTITY_PENDING);
     // One keeping the priority (a label, a description) needs no identity.
-    let (allowed, _, message) = answer(&webhook, &review("UPDATE", Some(200), 200, "alice"));
+    let (allowed, _, message) = answer(&webhook, &review("UPDATE", Some(200), 200, "alice")).await;
     assert!(allowed, "{message}");
     // CREATE and DELETE are reviewed by their rules meanwhile.
-    let (allowed, _, message) = answer(&webhook, &review("CREATE", None, 7, "alice"));
+    let (allowed, _, message) = answer(&webhook, &review("CREATE", None, 7, "alice")).await;
     assert!(allowed, "{message}");
-    let (allowed, _, message) = answer(&webhook, &review("DELETE", None, 200, "alice"));
+    let (allowed, _, message) = answer(&webhook, &review("DELETE", None, 200, "alice")).await;
     assert!(!allowed);
     assert_eq!(message, "cannot delete reserved tier platform");
 }
@@ -126,18 +126,19 @@ async fn updates_wait_for_the_identity_and_nothing_else_does() {
 #[tokio::test]
 async fn once_the_identity_is_known_only_it_may_change_a_priority() {
     let webhook = gated(ControllerIdentity::known(TIERD));
-    let (allowed, _, message) = answer(&webhook, &review("UPDATE", Some(200), 150, TIERD));
+    let (allowed, _, message) = answer(&webhook, &review("UPDATE", Some(200), 150, TIERD)).await;
     assert!(allowed, "{message}");
-    let (allowed, code, message) = answer(&webhook, &review("UPDATE", Some(200), 150, "alice"));
+    let (allowed, code, message) =
+        answer(&webhook, &review("UPDATE", Some(200), 150, "alice")).await;
     assert!(!allowed, "{message}");
     assert_ne!(code, 503, "a rule, not a wait: {message}");
 }
 
-#[test]
-fn malformed_reviews_are_refused_before_any_gate() {
+#[tokio::test]
+async fn malformed_reviews_are_refused_before_any_gate() {
     let webhook = gated(ControllerIdentity::known(TIERD));
     assert!(matches!(
-        webhook.review_json(b"{"),
+        webhook.review_json(b"{").await,
         Err(ReviewError::Malformed(_))
     ));
 }
