@@ -430,7 +430,9 @@ fn every_event_variant_has_an_example() {
 /// When the elector emits each leadership change (about the Lease, in its namespace).
 fn when_leader(event: &LeaderEvent) -> &'static str {
     match event {
-        LeaderEvent::Acquired { .. } => "this replica acquired the Lease: it writes Tiers from now on",
+        LeaderEvent::Acquired { .. } => {
+            "this replica acquired the Lease: it writes Tiers from now on"
+        }
         LeaderEvent::Lost { .. } => {
             "this replica could not renew within the renew deadline, or saw another holder: it \
              stopped writing"
