@@ -18,12 +18,20 @@
 //! As controller-runtime's envtest runs it: etcd with `--unsafe-no-fsync` and a data dir in
 //! the run directory; kube-apiserver with RBAC authorization (`--authorization-mode=RBAC`),
 //! client certificates (`--client-ca-file`), a ServiceAccount issuer and signing key (so
-//! TokenRequest works), `--advertise-address=127.0.0.1` and the ServiceAccount admission plugin
-//! off (no controller-manager creates `default` ServiceAccounts). No scheduler or kubelet:
-//! Deployments are stored but never run. kube-controller-manager runs only with the
-//! controllers a test names ([`Options::controllers`]); without it garbage collection and
-//! namespace deletion do not happen and no ValidatingAdmissionPolicy is type-checked. The admin is a client certificate with O
-//! `system:masters` ([`TestCluster::client`], [`TestCluster::kubeconfig`]).
+//! TokenRequest works), `--advertise-address=127.0.0.1` with `--endpoint-reconciler-type=none`
+//! (1.37 refuses a loopback address to its endpoint reconciler) and the ServiceAccount
+//! admission plugin off (no controller-manager creates `default` ServiceAccounts). No
+//! scheduler or kubelet: Deployments are stored but never run. kube-controller-manager runs
+//! only with the controllers a test names ([`Options::controllers`]); without it garbage
+//! collection and namespace deletion do not happen and no ValidatingAdmissionPolicy is
+//! type-checked. The admin is a client certificate with O `system:masters`
+//! ([`TestCluster::client`], [`TestCluster::kubeconfig`]).
+//!
+//! kube-apiserver's traffic to the cluster (a webhook's `service` reference, dialled at the
+//! Service's ClusterIP) goes through an egress proxy of this crate ([`egress`]), where a test
+//! routes a Service to a local process ([`TestCluster::route_service`]): a shipped
+//! ValidatingWebhookConfiguration works unchanged, its TLS name `<service>.<namespace>.svc`
+//! included.
 //!
 //! Ports are taken from the kernel (bind `127.0.0.1:0`, then closed) and handed to the
 //! processes; if one was taken in between, the start is retried on new ports (at most
