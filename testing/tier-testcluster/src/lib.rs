@@ -227,6 +227,7 @@ impl Options {
 
     /// Writes `contents` to `<run directory>/<name>` before kube-apiserver starts, e.g. an
     /// `AdmissionConfiguration` named by `--admission-control-config-file={dir}/<name>`.
+    /// `{dir}` in `contents` is replaced by the run directory too.
     #[must_use]
     pub fn file(mut self, name: impl Into<String>, contents: impl Into<String>) -> Self {
         self.files.push((name.into(), contents.into()));
@@ -339,7 +340,8 @@ impl TestCluster {
         let pki = pki::Files::write(&run)?;
         for (name, contents) in &options.files {
             let path = run.join(name);
-            std::fs::write(&path, contents).map_err(|e| Error::io(&path, e))?;
+            std::fs::write(&path, contents.replace("{dir}", &run.display().to_string()))
+                .map_err(|e| Error::io(&path, e))?;
         }
 
         let egress = egress::Egress::start(&run.join("egress.sock"))?;
