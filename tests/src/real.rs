@@ -273,6 +273,11 @@ impl Install {
     /// Starts tierd as the rendered Deployment runs it (see the [module docs](self)), with
     /// the webhook on `webhook` if the Deployment listens for one; returns once it serves.
     pub async fn run_tierd(&self, webhook: Option<SocketAddr>) -> RealTierd {
+        self.run_tierd_with(webhook, &[]).await
+    }
+
+    /// [`run_tierd`](Self::run_tierd) with `extra` flags after the Deployment's.
+    pub async fn run_tierd_with(&self, webhook: Option<SocketAddr>, extra: &[&str]) -> RealTierd {
         let kubeconfig = self.tierd_kubeconfig().await;
         let pod = &self.deployment()["spec"]["template"]["spec"];
         let container = self.container();
@@ -353,7 +358,7 @@ impl Install {
             };
             command.env(name, value);
         }
-        let tierd = Tierd::start(command, &kubeconfig, &[], listens_for_webhook).await;
+        let tierd = Tierd::start(command, &kubeconfig, extra, listens_for_webhook).await;
         RealTierd {
             tierd,
             _scratch: scratch,

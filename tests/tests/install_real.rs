@@ -536,3 +536,90 @@ async fn the_alerts_component_applies_beside_the_standalone_install() {
         "the component rendered no PrometheusRule"
     );
 }
+
+/// The files docs/SECURITY.md tells an operator to give kube-apiserver (`{dir}`: its run
+/// directory), for a client certificate to tierd's webhook.
+fn documented_admission_configuration(client: &tier_testcluster::pki::Pair) -> Options {
+    Options::default()
+        .file(
+            "admission.yaml",
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n  \
+             - name: ValidatingAdmissionWebhook\n    configuration:\n      apiVersion: \
+             apiserver.config.k8s.io/v1\n      kind: WebhookAdmissionConfiguration\n      \
+             kubeConfigFile: {dir}/webhook-kubeconfig.yaml\n",
+        )
+        .file(
+            "webhook-kubeconfig.yaml",
+            "apiVersion: v1\nkind: Config\nusers:\n  - name: tierd.kube-system.svc\n    user:\n      \
+             client-certificate: {dir}/tierd-client.crt\n      client-key: {dir}/tierd-client.key\n",
+        )
+        .file("tierd-client.crt", client.cert_pem.clone())
+        .file("tierd-client.key", client.key_pem.clone())
+        .apiserver_arg("--admission-control-config-file={dir}/admission.yaml")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_apiserver_presents_the_documented_client_certificate_to_tierds_webhook() {
+    let authority = tier_testcluster::pki::Authority::new("webhook client CA").unwrap();
+    let client = authority.client("kube-apiserver", &[]).unwrap();
+    let ca = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(ca.path(), &authority.pair.cert_pem).unwrap();
+    let ca = ca.path().display().to_string();
+    let client_ca = [
+        "--client-ca",
+        ca.as_str(),
+        "--client-names",
+        "kube-apiserver",
+    ];
+
+    // With the documented configuration, tierd's creates pass its own webhook and a taken
+    // priority is denied by it.
+    let Some(install) = Install::new_with(
+        documented_admission_configuration(&client),
+        &real::deploy(),
+        &[],
+        Apply::ServerSide,
+    )
+    .await
+    else {
+        return;
+    };
+    let webhook = real::free_addr();
+    install.route_webhook(webhook).await;
+    let tierd = install.run_tierd_with(Some(webhook), &client_ca).await;
+    assert!(
+        install.has_antrea_tiers(&ANTREA).await,
+        "{:?}",
+        tierd.tierd.logs()
+    );
+    let api = install.api(&real::antrea_tiers());
+    let denied = api
+        .create(&PostParams::default(), &tier("mine", 50))
+        .await
+        .unwrap_err();
+    assert!(
+        denied.to_string().contains("overlaps with existing Tier"),
+        "{denied}"
+    );
+    drop((tierd, install));
+
+    // Without it kube-apiserver presents no certificate: the handshake fails, so does the call.
+    let Some(install) = Install::new(&real::deploy(), &[], Apply::ServerSide).await else {
+        return;
+    };
+    let webhook = real::free_addr();
+    install.route_webhook(webhook).await;
+    let _tierd = install.run_tierd_with(Some(webhook), &client_ca).await;
+    what_tierd_wrote(&install).await;
+    let api = install.api(&real::antrea_tiers());
+    let refused = real::eventually(|| async {
+        api.create(&PostParams::default(), &tier("mine", 10))
+            .await
+            .is_err_and(|e| e.to_string().contains("failed calling webhook"))
+    })
+    .await;
+    assert!(
+        refused,
+        "the webhook answered a caller without a certificate"
+    );
+}

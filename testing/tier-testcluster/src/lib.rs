@@ -18,12 +18,20 @@
 //! As controller-runtime's envtest runs it: etcd with `--unsafe-no-fsync` and a data dir in
 //! the run directory; kube-apiserver with RBAC authorization (`--authorization-mode=RBAC`),
 //! client certificates (`--client-ca-file`), a ServiceAccount issuer and signing key (so
-//! TokenRequest works), `--advertise-address=127.0.0.1` and the ServiceAccount admission plugin
-//! off (no controller-manager creates `default` ServiceAccounts). No scheduler or kubelet:
-//! Deployments are stored but never run. kube-controller-manager runs only with the
-//! controllers a test names ([`Options::controllers`]); without it garbage collection and
-//! namespace deletion do not happen and no ValidatingAdmissionPolicy is type-checked. The admin is a client certificate with O
-//! `system:masters` ([`TestCluster::client`], [`TestCluster::kubeconfig`]).
+//! TokenRequest works), `--advertise-address=127.0.0.1` with `--endpoint-reconciler-type=none`
+//! (1.37 refuses a loopback address to its endpoint reconciler) and the ServiceAccount
+//! admission plugin off (no controller-manager creates `default` ServiceAccounts). No
+//! scheduler or kubelet: Deployments are stored but never run. kube-controller-manager runs
+//! only with the controllers a test names ([`Options::controllers`]); without it garbage
+//! collection and namespace deletion do not happen and no ValidatingAdmissionPolicy is
+//! type-checked. The admin is a client certificate with O `system:masters`
+//! ([`TestCluster::client`], [`TestCluster::kubeconfig`]).
+//!
+//! kube-apiserver's traffic to the cluster (a webhook's `service` reference, dialled at the
+//! Service's ClusterIP) goes through an egress proxy of this crate ([`egress`]), where a test
+//! routes a Service to a local process ([`TestCluster::route_service`]): a shipped
+//! ValidatingWebhookConfiguration works unchanged, its TLS name `<service>.<namespace>.svc`
+//! included.
 //!
 //! Ports are taken from the kernel (bind `127.0.0.1:0`, then closed) and handed to the
 //! processes; if one was taken in between, the start is retried on new ports (at most
@@ -219,6 +227,7 @@ impl Options {
 
     /// Writes `contents` to `<run directory>/<name>` before kube-apiserver starts, e.g. an
     /// `AdmissionConfiguration` named by `--admission-control-config-file={dir}/<name>`.
+    /// `{dir}` in `contents` is replaced by the run directory too.
     #[must_use]
     pub fn file(mut self, name: impl Into<String>, contents: impl Into<String>) -> Self {
         self.files.push((name.into(), contents.into()));
@@ -331,7 +340,8 @@ impl TestCluster {
         let pki = pki::Files::write(&run)?;
         for (name, contents) in &options.files {
             let path = run.join(name);
-            std::fs::write(&path, contents).map_err(|e| Error::io(&path, e))?;
+            std::fs::write(&path, contents.replace("{dir}", &run.display().to_string()))
+                .map_err(|e| Error::io(&path, e))?;
         }
 
         let egress = egress::Egress::start(&run.join("egress.sock"))?;

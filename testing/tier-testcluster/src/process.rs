@@ -52,7 +52,9 @@ impl Process {
             .append(true)
             .open(&pids)
             .map_err(|e| Error::io(&pids, e))?;
-        writeln!(file, "{} {}", child.id(), program.display()).map_err(|e| Error::io(&pids, e))?;
+        // The canonical path, as /proc/<pid>/exe shows it, for `reap_orphans` to compare.
+        let exe = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_owned());
+        writeln!(file, "{} {}", child.id(), exe.display()).map_err(|e| Error::io(&pids, e))?;
         Ok(Self { name, child, log })
     }
 
@@ -103,7 +105,12 @@ pub fn runs_root() -> PathBuf {
 /// them) is gone, and removes those directories. A process is ended only if its pid still runs
 /// the recorded executable. Linux only (it reads `/proc`); elsewhere it does nothing.
 pub fn reap_orphans() {
-    let Ok(entries) = std::fs::read_dir(runs_root()) else {
+    reap_orphans_in(&runs_root());
+}
+
+/// [`reap_orphans`] among the run directories under `root`.
+pub fn reap_orphans_in(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
     if !Path::new("/proc/self").exists() {

@@ -49,3 +49,43 @@ async fn a_cluster_serves_its_version_and_tokens_hold_only_rbac() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+#[test]
+fn the_children_of_a_killed_test_process_are_reaped_and_no_other_process() {
+    use std::process::Command;
+    // A run directory as a killed test process leaves it: its owner gone, its child running.
+    let mut owner = Command::new("true").spawn().unwrap();
+    let owner_pid = owner.id();
+    owner.wait().unwrap();
+    let mut orphan = Command::new("sleep").arg("60").spawn().unwrap();
+    let mut bystander = Command::new("sleep").arg("60").spawn().unwrap();
+    let exe = std::fs::read_link(format!("/proc/{}/exe", orphan.id())).unwrap();
+    // A root of its own: other test processes reap the shared one.
+    let root = tempfile::tempdir().unwrap();
+    let run = root.path().join("1-0-x");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("owner"), owner_pid.to_string()).unwrap();
+    // The bystander's pid is recorded with another program: it is not ours to end.
+    std::fs::write(
+        run.join("pids"),
+        format!(
+            "{} {}\n{} /no/such/kube-apiserver\n",
+            orphan.id(),
+            exe.display(),
+            bystander.id()
+        ),
+    )
+    .unwrap();
+
+    tier_testcluster::process::reap_orphans_in(root.path());
+
+    let status = orphan.wait().unwrap();
+    assert!(!status.success(), "the orphan was not ended: {status}");
+    assert!(!run.exists(), "its run directory is left");
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "a process that is not the recorded program was ended"
+    );
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}

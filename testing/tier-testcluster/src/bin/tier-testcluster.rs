@@ -1,4 +1,5 @@
-//! `tier-testcluster --kubeconfig FILE`: a real kube-apiserver and etcd for people and scripts.
+//! `tier-testcluster --kubeconfig FILE`: a real kube-apiserver and etcd for people and scripts
+//! (`--build-only`: just build them, as CI does first).
 //!
 //! Builds the control plane if needed, starts it, writes an admin kubeconfig to FILE once
 //! `/readyz` answers, runs until SIGTERM or SIGINT, then stops it and removes its data (FILE
@@ -14,8 +15,11 @@ use clap::Parser;
 #[command(version)]
 struct Args {
     /// Where to write the admin kubeconfig once the API server is ready.
+    #[arg(long, required_unless_present = "build_only")]
+    kubeconfig: Option<PathBuf>,
+    /// Only build (or find cached) the control plane's binaries, print their directory, exit.
     #[arg(long)]
-    kubeconfig: PathBuf,
+    build_only: bool,
     /// Also run kube-controller-manager with these controllers (comma-separated `--controllers`
     /// names, e.g. `validatingadmissionpolicy-status-controller`).
     #[arg(long, value_delimiter = ',')]
@@ -38,13 +42,28 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    if args.build_only {
+        let binaries = tokio::task::spawn_blocking(tier_testcluster::binaries).await??;
+        println!(
+            "{}",
+            binaries
+                .kube_apiserver
+                .parent()
+                .unwrap_or(&binaries.kube_apiserver)
+                .display()
+        );
+        return Ok(());
+    }
+    let Some(kubeconfig) = args.kubeconfig.clone() else {
+        return Err("--kubeconfig FILE is required".into());
+    };
     // Never overwrite someone's kubeconfig (~/.kube/config): only a previous run's.
-    if let Ok(existing) = std::fs::read_to_string(&args.kubeconfig)
+    if let Ok(existing) = std::fs::read_to_string(&kubeconfig)
         && !existing.contains("name: tier-testcluster")
     {
         return Err(format!(
             "{} exists and is not a tier-testcluster kubeconfig; choose another path",
-            args.kubeconfig.display()
+            kubeconfig.display()
         )
         .into());
     }
@@ -62,14 +81,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         _ = tokio::signal::ctrl_c() => return Ok(()),
         _ = terminate.recv() => return Ok(()),
     };
-    std::fs::write(&args.kubeconfig, cluster.admin_kubeconfig_yaml())?;
+    std::fs::write(&kubeconfig, cluster.admin_kubeconfig_yaml())?;
     eprintln!(
         "tier-testcluster: kube-apiserver {} ready at {} in {:.1?}; admin kubeconfig in {} \
          (logs in {}); SIGINT or SIGTERM stops it",
         cluster.binaries().version,
         cluster.url(),
         cluster.started_in(),
-        args.kubeconfig.display(),
+        kubeconfig.display(),
         cluster.dir().display(),
     );
     tokio::select! {
@@ -77,7 +96,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         _ = terminate.recv() => {}
     }
     drop(cluster);
-    let _ = std::fs::remove_file(&args.kubeconfig);
+    let _ = std::fs::remove_file(&kubeconfig);
     eprintln!("tier-testcluster: stopped, data removed");
     Ok(())
 }
