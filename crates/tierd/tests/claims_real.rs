@@ -159,7 +159,11 @@ async fn register(cluster: &TestCluster, a: &Tierd, b: &Tierd, dir: &std::path::
         .await
         .unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(Server::new(router).tls(tls).serve(listener, std::future::pending()));
+    tokio::spawn(
+        Server::new(router)
+            .tls(tls)
+            .serve(listener, std::future::pending()),
+    );
     let configuration = ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some("tierd".into()),
@@ -267,7 +271,11 @@ async fn race(claims: bool, trials: i32) -> (Vec<usize>, Vec<usize>) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let second = create(format!("b-apart{trial}"), priority).await;
         let stored = stored_at(&tiers, priority).await;
-        assert_eq!(stored, usize::from(first) + usize::from(second), "trial {trial}");
+        assert_eq!(
+            stored,
+            usize::from(first) + usize::from(second),
+            "trial {trial}"
+        );
         apart.push(stored);
     }
     for replica in [a, b] {
