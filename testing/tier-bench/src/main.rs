@@ -10,6 +10,8 @@
 //!    caches and with 10,000 policies in them.
 //!    4b. Throughput of the webhook beside a static TLS responder on the same stack (wrk when
 //!    installed, else an in-process client).
+//!    4d. A CREATE review with and without priority claims on a real kube-apiserver
+//!    (`--only claims`).
 //! 5. Peak RSS of `tierd run`, without and with 10,000 policies in the cluster.
 //! 6. Hostile clients: probe and admission latency, and peak RSS, while 1,000 slowloris
 //!    connections and 300 stalled handshakes are held on the webhook port.
@@ -18,6 +20,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod attacks;
+mod claims;
 mod hostile;
 mod memory;
 mod open_loop;
@@ -53,7 +56,8 @@ struct Cli {
     /// Only these sections (startup, requests, unblock, webhook, throughput, latency, rss,
     /// hostile);
     /// default all. `handler` (never part of all) times the webhook's handler alone, for a
-    /// profiler.
+    /// profiler; `claims` (never part of all: it starts kube-apiserver) times CREATE reviews
+    /// with priority claims.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Rates (reviews/s) of the latency section's fixed-rate client.
@@ -132,6 +136,11 @@ fn main() {
             let rt = tokio::runtime::Runtime::new().unwrap();
             rt.block_on(async { throughput::handler(cli.requests) });
         }
+    }
+    if cli.only.iter().any(|o| o == "claims") {
+        // Only on request: it starts kube-apiserver and etcd.
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(claims::claims(cli.requests));
     }
     if want("rss") {
         let rt = tokio::runtime::Runtime::new().unwrap();
