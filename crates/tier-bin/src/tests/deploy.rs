@@ -313,7 +313,9 @@ fn leader_election_is_on_with_leases_in_tierds_namespace_only() {
     let rules = role["rules"].as_sequence().unwrap();
     assert_eq!(strings(&rules[0]["apiGroups"]), ["coordination.k8s.io"]);
     assert_eq!(strings(&rules[0]["resources"]), ["leases"]);
-    assert_eq!(strings(&rules[0]["verbs"]), ["get", "create", "update"]);
+    assert_eq!(strings(&rules[0]["verbs"]), ["create"]);
+    assert_eq!(strings(&rules[1]["resourceNames"]), ["tierd"]);
+    assert_eq!(strings(&rules[1]["verbs"]), ["get", "update"]);
     let binding = named(&docs, "RoleBinding", "tierd-leader-election");
     assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
     assert_eq!(binding["subjects"][0]["name"].as_str(), Some("tierd"));

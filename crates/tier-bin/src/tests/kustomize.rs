@@ -419,12 +419,18 @@ fn leader_election(docs: &[Value], namespace: &str) {
     let role = get(docs, "Role", "tierd-leader-election");
     assert_eq!(role["metadata"]["namespace"].as_str(), Some(namespace));
     let rules = role["rules"].as_sequence().unwrap();
-    assert_eq!(rules.len(), 2, "{rules:?}");
+    assert_eq!(rules.len(), 3, "{rules:?}");
     assert_eq!(strings(&rules[0]["apiGroups"]), ["coordination.k8s.io"]);
     assert_eq!(strings(&rules[0]["resources"]), ["leases"]);
-    assert_eq!(strings(&rules[0]["verbs"]), ["get", "create", "update"]);
-    assert_eq!(strings(&rules[1]["resources"]), ["events"]);
-    assert_eq!(strings(&rules[1]["verbs"]), ["create", "patch"]);
+    assert_eq!(strings(&rules[0]["verbs"]), ["create"]);
+    assert_eq!(strings(&rules[1]["resources"]), ["leases"]);
+    assert_eq!(
+        strings(&rules[1]["resourceNames"]),
+        [run.leader_elect.leader_elect_resource_name.as_str()]
+    );
+    assert_eq!(strings(&rules[1]["verbs"]), ["get", "update"]);
+    assert_eq!(strings(&rules[2]["resources"]), ["events"]);
+    assert_eq!(strings(&rules[2]["verbs"]), ["create", "patch"]);
     let binding = get(docs, "RoleBinding", "tierd-leader-election");
     assert_eq!(binding["metadata"]["namespace"].as_str(), Some(namespace));
     assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
@@ -444,10 +450,14 @@ fn leader_election(docs: &[Value], namespace: &str) {
         binding["subjects"][0]["namespace"].as_str(),
         Some(namespace)
     );
-    // Nothing else grants anything on Leases, by name or by wildcard.
+    // Nothing else grants anything on Leases, by name or by wildcard (but the priority claims'
+    // Role, checked by `priority_claims_rbac`).
     for doc in docs {
         if !matches!(doc["kind"].as_str(), Some("Role" | "ClusterRole"))
-            || doc["metadata"]["name"].as_str() == Some("tierd-leader-election")
+            || matches!(
+                doc["metadata"]["name"].as_str(),
+                Some("tierd-leader-election" | "tierd-priority-claims")
+            )
         {
             continue;
         }
