@@ -115,17 +115,25 @@ fn grants(docs: &[Value]) -> BTreeSet<Grant> {
                 assert_eq!(role["metadata"]["namespace"].as_str(), Some(scope.as_str()));
             }
             for rule in role["rules"].as_sequence().unwrap() {
-                assert!(rule["resourceNames"].is_null(), "unexpected {rule:?}");
                 assert!(rule["nonResourceURLs"].is_null(), "unexpected {rule:?}");
+                // A grant by name reads `resource/name`.
+                let names = strings(&rule["resourceNames"]);
                 for group in strings(&rule["apiGroups"]) {
                     for resource in strings(&rule["resources"]) {
-                        for verb in strings(&rule["verbs"]) {
-                            grants.insert((
-                                scope.clone(),
-                                group.to_owned(),
-                                resource.to_owned(),
-                                verb.to_owned(),
-                            ));
+                        let targets: Vec<String> = if names.is_empty() {
+                            vec![resource.to_owned()]
+                        } else {
+                            names.iter().map(|n| format!("{resource}/{n}")).collect()
+                        };
+                        for target in targets {
+                            for verb in strings(&rule["verbs"]) {
+                                grants.insert((
+                                    scope.clone(),
+                                    group.to_owned(),
+                                    target.clone(),
+                                    verb.to_owned(),
+                                ));
+                            }
                         }
                     }
                 }
@@ -156,8 +164,19 @@ fn the_calico_overlay_grants_calicos_tiers_events_and_its_lease_only() {
             expected.insert(grant("kube-system", group, "events", verb));
         }
     }
-    for verb in ["get", "create", "update"] {
-        expected.insert(grant("kube-system", "coordination.k8s.io", "leases", verb));
+    expected.insert(grant(
+        "kube-system",
+        "coordination.k8s.io",
+        "leases",
+        "create",
+    ));
+    for verb in ["get", "update"] {
+        expected.insert(grant(
+            "kube-system",
+            "coordination.k8s.io",
+            "leases/tierd",
+            verb,
+        ));
     }
     assert_eq!(grants(&docs), expected);
     // And no role at all beyond these (nothing bound elsewhere, no metrics reader without
