@@ -126,7 +126,17 @@ async fn warm_up(admin: &kube::Client) {
         dry_run: true,
         field_manager: Some("warm-up".to_owned()),
     };
-    api.create(&params, &tier).await.unwrap();
+    // Best effort: a 404 means the CRD is not served yet (under load it lags its Established
+    // condition), so wait for it; any other answer (a webhook a test installed refusing, say)
+    // means the request reached the resource's storage path, which is all the warm-up is for.
+    for _ in 0..40 {
+        match api.create(&params, &tier).await {
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            _ => return,
+        }
+    }
 }
 
 impl Real {
