@@ -619,7 +619,7 @@ impl fmt::Display for LeaderStatus {
     }
 }
 
-/// A change of leadership, for Kubernetes Events about the Lease ([`to_event`]).
+/// A change of leadership, for Kubernetes Events about the Lease ([`leader_election`](crate::events::leader_election)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaderEvent {
     /// This replica acquired the Lease (or renewed it after having lost the permission).
